@@ -1,0 +1,165 @@
+//! Finds UCX, generates the FFI bindings with bindgen, and links `libucp` dynamically with an
+//! rpath so that nothing needs `LD_LIBRARY_PATH` at run time.
+//!
+//! Search order (the first that yields UCX >= MIN is used):
+//! 1. `UCX_DIR`: a prefix with `include/ucp/api/ucp.h` and `lib/libucp.so` (a cluster's own UCX).
+//! 2. `pkg-config ucx` (a conda or distribution UCX).
+//! 3. The `libucx` Python wheel (`pip install libucx-cu12`), located through a Python that can
+//!    import it: `UCX_PYTHON`, then `$VIRTUAL_ENV/bin/python`, then the workspace's `.venv`,
+//!    then `python3`. Its .pc files carry the prefix of the machine that built the wheel, so the
+//!    package directory itself is used as the prefix.
+//!
+//! Exports `DEP_UCP_LIBDIR` / `DEP_UCP_INCLUDE` to dependents (through `links = "ucp"`): cargo
+//! does not pass `rustc-link-arg` on to dependents, so crates that build binaries re-emit the rpath.
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The oldest UCX whose API covers everything ucx-core calls (`ucp_am_recv_data_nbx`,
+/// `ucp_ep_query` with socket addresses, `ucp_worker_query` with the address field).
+const MIN: (u32, u32) = (1, 15);
+
+struct Ucx {
+    include: PathBuf,
+    libdir: PathBuf,
+    how: String,
+}
+
+fn main() {
+    for var in ["UCX_DIR", "UCX_PYTHON", "VIRTUAL_ENV", "PKG_CONFIG_PATH"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let ucx = find().unwrap_or_else(|tried| {
+        panic!(
+            "\n\nucx-core: no usable UCX (>= {}.{}) was found.\nTried:\n{}\n\
+             Get one of these:\n  \
+             * the PyPI wheel:   python3 -m pip install libucx-cu12   (what the README's set-up does)\n  \
+             * conda:            conda install -c conda-forge ucx   (then PKG_CONFIG_PATH=$CONDA_PREFIX/lib/pkgconfig)\n  \
+             * a cluster's UCX:  UCX_DIR=/path/to/ucx (a prefix with include/ and lib/)\n\n",
+            MIN.0,
+            MIN.1,
+            tried.join("\n")
+        )
+    });
+
+    println!("cargo:rustc-link-search=native={}", ucx.libdir.display());
+    println!("cargo:rustc-link-lib=dylib=ucp");
+    println!("cargo:rustc-link-lib=dylib=ucs");
+    // For this crate's own tests and examples; dependents read DEP_UCP_LIBDIR.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", ucx.libdir.display());
+    println!("cargo:libdir={}", ucx.libdir.display());
+    println!("cargo:include={}", ucx.include.display());
+    println!("cargo:rustc-env=UCX_CORE_LIBDIR={}", ucx.libdir.display());
+
+    generate_bindings(&ucx.include);
+}
+
+fn find() -> Result<Ucx, Vec<String>> {
+    let mut tried = Vec::new();
+    if let Ok(dir) = env::var("UCX_DIR") {
+        let prefix = PathBuf::from(&dir);
+        let libdir = [prefix.join("lib"), prefix.join("lib64")]
+            .into_iter()
+            .find(|d| d.join("libucp.so").exists())
+            .unwrap_or_else(|| prefix.join("lib"));
+        match check(prefix.join("include"), libdir, format!("UCX_DIR={dir}")) {
+            Ok(u) => return Ok(u),
+            // An explicit choice that does not work is an error, not a reason to look elsewhere.
+            Err(e) => panic!("\n\nucx-core: UCX_DIR is set but unusable: {e}\n\n"),
+        }
+    }
+
+    match pkg_config::Config::new().cargo_metadata(false).env_metadata(false).probe("ucx") {
+        Ok(lib) => {
+            let include = lib.include_paths.first().cloned().unwrap_or_default();
+            let libdir = lib.link_paths.first().cloned().unwrap_or_default();
+            match check(include, libdir, format!("pkg-config ucx {}", lib.version)) {
+                Ok(u) => return Ok(u),
+                Err(e) => tried.push(format!("  pkg-config ucx: {e}")),
+            }
+        }
+        Err(e) => tried.push(format!("  pkg-config ucx: {}", first_line(&e.to_string()))),
+    }
+
+    for python in python_candidates() {
+        let out = Command::new(&python)
+            .args(["-c", "import libucx, os; print(os.path.dirname(libucx.__file__))"])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                let prefix = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+                match check(prefix.join("include"), prefix.join("lib"), format!("libucx wheel via {python}")) {
+                    Ok(u) => return Ok(u),
+                    Err(e) => tried.push(format!("  libucx wheel via {python}: {e}")),
+                }
+            }
+            Ok(_) => tried.push(format!("  {python}: cannot import libucx")),
+            Err(_) => tried.push(format!("  {python}: not found")),
+        }
+    }
+    Err(tried)
+}
+
+fn python_candidates() -> Vec<String> {
+    let mut v = Vec::new();
+    if let Ok(p) = env::var("UCX_PYTHON") {
+        v.push(p);
+    }
+    if let Ok(venv) = env::var("VIRTUAL_ENV") {
+        v.push(format!("{venv}/bin/python"));
+    }
+    // The workspace's own virtualenv, made by scripts/setup.sh.
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    if let Some(root) = manifest.ancestors().find(|d| d.join(".venv/bin/python").exists()) {
+        v.push(root.join(".venv/bin/python").display().to_string());
+    }
+    v.push("python3".to_string());
+    v.dedup();
+    v
+}
+
+fn check(include: PathBuf, libdir: PathBuf, how: String) -> Result<Ucx, String> {
+    let version_h = include.join("ucp/api/ucp_version.h");
+    let text = std::fs::read_to_string(&version_h)
+        .map_err(|e| format!("{}: {e}", version_h.display()))?;
+    let major = define(&text, "UCP_API_MAJOR").ok_or("no UCP_API_MAJOR in ucp_version.h")?;
+    let minor = define(&text, "UCP_API_MINOR").ok_or("no UCP_API_MINOR in ucp_version.h")?;
+    if (major, minor) < MIN {
+        return Err(format!("UCX {major}.{minor} is older than the minimum {}.{}", MIN.0, MIN.1));
+    }
+    if !libdir.join("libucp.so").exists() && !libdir.join("libucp.so.0").exists() {
+        return Err(format!("no libucp.so in {}", libdir.display()));
+    }
+    Ok(Ucx { include, libdir, how: format!("{how}, API {major}.{minor}") })
+}
+
+fn define(text: &str, name: &str) -> Option<u32> {
+    text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next() == Some("#define") && it.next() == Some(name)).then(|| it.next()?.parse().ok())?
+    })
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s).trim()
+}
+
+fn generate_bindings(include: &Path) {
+    let bindings = bindgen::Builder::default()
+        .header_contents("wrapper.h", "#include <ucp/api/ucp.h>\n")
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_function("ucp_.*|ucs_status_string|ucs_get_version")
+        .allowlist_type("ucp_.*|ucs_.*")
+        .allowlist_var("UCP_.*|UCS_.*")
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .layout_tests(false)
+        .generate_comments(false)
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+        .generate()
+        .expect("bindgen could not generate UCX bindings");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
+    bindings.write_to_file(out).expect("writing bindings.rs");
+}
