@@ -1,1 +1,63 @@
+//! Safe, runtime-agnostic Rust over UCX's UCP API. This is the only crate of ucx-async with
+//! FFI; nothing here knows tokio or asyncio.
+//!
+//! # Map of the crate
+//! - [`Context`] / [`ContextBuilder`] (`context`): features and UCX options; [`Config`]
+//!   (`config`) reads and prints UCX's configuration.
+//! - [`Worker`] (`worker`): progress, the wakeup fd (`arm`/`signal`), address, flush, fence.
+//! - [`Listener`] and [`ConnRequest`] (`listener`): client-server connection set-up.
+//! - [`Endpoint`] (`endpoint`): connect by socket address or worker address, accept, peer
+//!   errors, close.
+//! - Operations, each in its own module and returning a [`Submitted`]: `tag` (send on an
+//!   endpoint, receive and probe on the worker), `stream`, `am` (active messages and their
+//!   handlers), `rma` (memory registration, remote keys, put/get).
+//! - [`Request`] (`request`): an in-flight operation; wakes a `std::task::Waker`, cancels,
+//!   and keeps UCX from touching a buffer that has gone away.
+//! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
+//!   write; with feature `cuda`, `cust` device buffers too.
+//! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
+//!   pure encode/decode functions.
+//! - [`Error`] / [`Status`] (`error`), [`version`], [`live`] (live-object counts for leak tests).
+//!
+//! # Ownership
+//! Parents outlive children by construction: endpoints, listeners and requests hold their
+//! [`Worker`], workers their [`Context`], remote keys their [`Endpoint`]. Every handle is
+//! `Send + Sync` (workers use `UCS_THREAD_MODE_MULTI`); callbacks run on the thread that
+//! calls [`Worker::progress`].
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod address;
+mod am;
+mod buffer;
+mod config;
+mod context;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod endpoint;
+mod error;
+mod listener;
+pub mod live;
+mod request;
+mod rma;
+mod sockaddr;
+mod stream;
 mod sys;
+mod tag;
+mod text;
+pub mod version;
+pub mod wire;
+mod worker;
+
+pub use address::WorkerAddress;
+pub use am::{AmMessage, AmProto, AmSendOptions};
+pub use buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
+pub use config::Config;
+pub use context::{Context, ContextBuilder, Features};
+pub use endpoint::{CloseMode, Endpoint, EndpointParams};
+pub use error::{Error, Result, Status};
+pub use listener::{ConnRequest, Listener};
+pub use request::{Completion, Request, Submitted};
+pub use rma::{MemoryHandle, RemoteKey};
+pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
+pub use worker::{Armed, Worker};

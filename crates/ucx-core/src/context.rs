@@ -1,0 +1,207 @@
+//! The UCP context (`ucp_context_h`): the features an application uses, its configuration, and
+//! the process-wide resources (transports, memory domains) workers are built on.
+use std::collections::BTreeMap;
+use std::ops::BitOr;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::error::{check, Result};
+use crate::live::{self, Kind};
+use crate::{request, sys, text, version};
+
+/// A set of UCP features (`UCP_FEATURE_*`) a context is created with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Features(u64);
+
+impl std::fmt::Debug for Features {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = [
+            (Features::TAG, "TAG"),
+            (Features::STREAM, "STREAM"),
+            (Features::AM, "AM"),
+            (Features::RMA, "RMA"),
+            (Features::WAKEUP, "WAKEUP"),
+            (Features::AMO32, "AMO32"),
+            (Features::AMO64, "AMO64"),
+        ];
+        let set: Vec<&str> = names.iter().filter(|(b, _)| self.contains(*b)).map(|(_, n)| *n).collect();
+        write!(f, "Features({})", set.join(" | "))
+    }
+}
+
+impl Features {
+    /// Tag matching (`UCP_FEATURE_TAG`).
+    pub const TAG: Features = Features(sys::UCP_FEATURE_TAG as u64);
+    /// Stream API (`UCP_FEATURE_STREAM`).
+    pub const STREAM: Features = Features(sys::UCP_FEATURE_STREAM as u64);
+    /// Active messages (`UCP_FEATURE_AM`).
+    pub const AM: Features = Features(sys::UCP_FEATURE_AM as u64);
+    /// Remote memory access: put/get (`UCP_FEATURE_RMA`).
+    pub const RMA: Features = Features(sys::UCP_FEATURE_RMA as u64);
+    /// A wakeup file descriptor per worker (`UCP_FEATURE_WAKEUP`), for event-driven progress.
+    pub const WAKEUP: Features = Features(sys::UCP_FEATURE_WAKEUP as u64);
+    /// 32-bit atomics (`UCP_FEATURE_AMO32`).
+    pub const AMO32: Features = Features(sys::UCP_FEATURE_AMO32 as u64);
+    /// 64-bit atomics (`UCP_FEATURE_AMO64`).
+    pub const AMO64: Features = Features(sys::UCP_FEATURE_AMO64 as u64);
+    /// What UCX-Py asks for: tag, stream, AM, RMA and wakeup.
+    pub const ALL_MESSAGING: Features = Features(
+        (sys::UCP_FEATURE_TAG
+            | sys::UCP_FEATURE_STREAM
+            | sys::UCP_FEATURE_AM
+            | sys::UCP_FEATURE_RMA
+            | sys::UCP_FEATURE_WAKEUP) as u64,
+    );
+
+    /// Whether every feature in `other` is in `self`.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw `UCP_FEATURE_*` bits.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+}
+
+impl BitOr for Features {
+    type Output = Features;
+    fn bitor(self, rhs: Features) -> Features {
+        Features(self.0 | rhs.0)
+    }
+}
+
+/// How to create a [`Context`]: features, UCX options, and whether the environment wins.
+#[derive(Clone, Debug)]
+pub struct ContextBuilder {
+    features: Features,
+    options: Vec<(String, String)>,
+    env_takes_precedence: bool,
+}
+
+impl Default for ContextBuilder {
+    fn default() -> Self {
+        ContextBuilder { features: Features::ALL_MESSAGING, options: Vec::new(), env_takes_precedence: false }
+    }
+}
+
+impl ContextBuilder {
+    /// The features to request (default: [`Features::ALL_MESSAGING`]).
+    pub fn features(mut self, features: Features) -> Self {
+        self.features = features;
+        self
+    }
+
+    /// Sets UCX option `name` (without the `UCX_` prefix, e.g. `("TLS", "tcp")`).
+    pub fn option(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.push((name.into(), value.into()));
+        self
+    }
+
+    /// When true, an option that is also set in the environment as `UCX_<name>` keeps the
+    /// environment's value; when false (the default), the option given here wins.
+    pub fn env_takes_precedence(mut self, yes: bool) -> Self {
+        self.env_takes_precedence = yes;
+        self
+    }
+
+    /// Checks the UCX version and creates the context.
+    pub fn build(self) -> Result<Context> {
+        version::check()?;
+        let mut config = Config::from_env()?;
+        for (name, value) in &self.options {
+            if self.env_takes_precedence && std::env::var_os(format!("UCX_{name}")).is_some() {
+                continue;
+            }
+            config.set(name, value)?;
+        }
+        let effective = config.to_map();
+
+        // SAFETY: ucp_params_t is plain C data; zero means "field not set".
+        let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = (sys::UCP_PARAM_FIELD_FEATURES
+            | sys::UCP_PARAM_FIELD_REQUEST_SIZE
+            | sys::UCP_PARAM_FIELD_REQUEST_INIT
+            | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64;
+        params.features = self.features.bits();
+        params.request_size = request::SLOT_SIZE;
+        params.request_init = Some(request::init_slot);
+        params.mt_workers_shared = 1;
+
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: params and config are valid for the call; UCX writes the context handle.
+        // ucp_init is a static inline wrapper of ucp_init_version with the headers' version.
+        let status = unsafe {
+            sys::ucp_init_version(version::HEADERS.0, version::HEADERS.1, &params, config.handle(), &mut handle)
+        };
+        check("ucp_init", status)?;
+        live::created(Kind::Context);
+        Ok(Context { inner: Arc::new(ContextInner { handle, features: self.features, config: effective }) })
+    }
+}
+
+/// A UCP context. Cheap to clone; workers keep theirs alive.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+struct ContextInner {
+    handle: sys::ucp_context_h,
+    features: Features,
+    config: BTreeMap<String, String>,
+}
+
+// SAFETY: the context is created with mt_workers_shared=1 and UCP contexts are thread-safe for
+// the calls we make (worker creation, memory mapping, info printing).
+unsafe impl Send for ContextInner {}
+// SAFETY: as above.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: every worker and memory handle holds a Context clone, so none is left.
+        unsafe { sys::ucp_cleanup(self.handle) };
+        live::destroyed(Kind::Context);
+    }
+}
+
+impl Context {
+    /// A builder with UCX-Py's features and no options.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder::default()
+    }
+
+    /// A context with UCX-Py's features and the environment's configuration.
+    pub fn new() -> Result<Context> {
+        ContextBuilder::default().build()
+    }
+
+    /// The features it was created with.
+    pub fn features(&self) -> Features {
+        self.inner.features
+    }
+
+    /// The effective configuration at creation (names without `UCX_`), as UCX printed it.
+    pub fn config(&self) -> &BTreeMap<String, String> {
+        &self.inner.config
+    }
+
+    /// UCX's description of the context: transports, memory domains (`ucp_context_print_info`).
+    pub fn info(&self) -> String {
+        text::capture(|file| {
+            // SAFETY: the context is live and file is an open stream.
+            unsafe { sys::ucp_context_print_info(self.inner.handle, file) }
+        })
+    }
+
+    pub(crate) fn handle(&self) -> sys::ucp_context_h {
+        self.inner.handle
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("handle", &self.inner.handle).field("features", &self.inner.features).finish()
+    }
+}

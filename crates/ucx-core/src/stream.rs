@@ -1,0 +1,35 @@
+//! The stream API: an ordered byte stream per endpoint (used by the UCX-Py handshake).
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::endpoint::Endpoint;
+use crate::error::Result;
+use crate::request::{self, Callback, Completion, Submitted};
+use crate::sys;
+
+impl Endpoint {
+    /// Sends `buf` on the endpoint's stream (`ucp_stream_send_nbx`).
+    pub fn stream_send<'a, B: SendBuffer + ?Sized>(&self, buf: &'a B) -> Result<Submitted<'a>> {
+        let ep = self.handle("ucp_stream_send_nbx")?;
+        let params = request::params(Callback::Send, buf.memory_type().for_op());
+        // SAFETY: the endpoint is live; buf is readable and borrowed as long as the request.
+        unsafe {
+            let ret = sys::ucp_stream_send_nbx(ep, buf.as_ptr().cast(), buf.byte_len(), &params);
+            Submitted::from_status_ptr("ucp_stream_send_nbx", ret, self.worker(), Completion::default())
+        }
+    }
+
+    /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream
+    /// (`ucp_stream_recv_nbx` with `UCP_STREAM_RECV_FLAG_WAITALL`).
+    pub fn stream_recv<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B) -> Result<Submitted<'a>> {
+        let ep = self.handle("ucp_stream_recv_nbx")?;
+        let mut length = 0usize;
+        let mut params = request::params(Callback::StreamRecv, buf.memory_type().for_op());
+        params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+        params.flags = sys::UCP_STREAM_RECV_FLAG_WAITALL;
+        // SAFETY: the endpoint is live; buf is writable and borrowed as long as the request;
+        // `length` outlives the call, the only time UCX writes it.
+        unsafe {
+            let ret = sys::ucp_stream_recv_nbx(ep, buf.as_mut_ptr().cast(), buf.byte_len(), &mut length, &params);
+            Submitted::from_status_ptr("ucp_stream_recv_nbx", ret, self.worker(), Completion { length, sender_tag: 0 })
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Tag-matched messaging: sends on an endpoint, receives on the worker (UCX matches receives
+//! worker-wide by tag and mask, not per endpoint), and probing for arrived messages.
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::endpoint::Endpoint;
+use crate::error::Result;
+use crate::request::{self, Callback, Completion, Submitted};
+use crate::sys;
+use crate::worker::Worker;
+
+/// A mask that matches every bit of the tag (exact match).
+pub const FULL_MASK: u64 = u64::MAX;
+
+impl Endpoint {
+    /// Sends `buf` with `tag` (`ucp_tag_send_nbx`).
+    pub fn tag_send<'a, B: SendBuffer + ?Sized>(&self, buf: &'a B, tag: u64) -> Result<Submitted<'a>> {
+        let ep = self.handle("ucp_tag_send_nbx")?;
+        let params = request::params(Callback::Send, buf.memory_type().for_op());
+        // SAFETY: the endpoint is live; buf is readable for byte_len() bytes and borrowed for
+        // 'a, as long as the returned request.
+        unsafe {
+            let ret = sys::ucp_tag_send_nbx(ep, buf.as_ptr().cast(), buf.byte_len(), tag, &params);
+            Submitted::from_status_ptr("ucp_tag_send_nbx", ret, self.worker(), Completion::default())
+        }
+    }
+}
+
+/// A message found by [`Worker::tag_probe`] without removing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// The message's length in bytes.
+    pub length: usize,
+    /// The tag it was sent with.
+    pub sender_tag: u64,
+}
+
+impl Worker {
+    /// Receives a message whose tag matches `tag` under `mask` into `buf`
+    /// (`ucp_tag_recv_nbx`). The completion reports the length received and the sender's tag; a
+    /// message longer than `buf` fails with `MessageTruncated`.
+    pub fn tag_recv<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B, tag: u64, mask: u64) -> Result<Submitted<'a>> {
+        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+        let mut params = request::params(Callback::TagRecv, buf.memory_type().for_op());
+        params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_RECV_INFO;
+        params.recv_info.tag_info = &mut info;
+        // SAFETY: the worker is live; buf is writable for byte_len() bytes and borrowed for 'a;
+        // `info` outlives the call, which is the only time UCX writes it.
+        unsafe {
+            let ret = sys::ucp_tag_recv_nbx(self.handle(), buf.as_mut_ptr().cast(), buf.byte_len(), tag, mask, &params);
+            let inline = Completion { length: info.length, sender_tag: info.sender_tag };
+            Submitted::from_status_ptr("ucp_tag_recv_nbx", ret, self, inline)
+        }
+    }
+
+    /// Whether a message matching `tag`/`mask` has arrived and is unclaimed; it stays queued
+    /// (`ucp_tag_probe_nb` without removal).
+    pub fn tag_probe(&self, tag: u64, mask: u64) -> Option<ProbeInfo> {
+        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+        // SAFETY: the worker is live; info outlives the call.
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.handle(), tag, mask, 0, &mut info) };
+        (!msg.is_null()).then_some(ProbeInfo { length: info.length, sender_tag: info.sender_tag })
+    }
+
+    /// Takes a matching message out of the queue (`ucp_tag_probe_nb` with removal), to be
+    /// received with [`ProbedMessage::recv_into`], typically into a buffer sized from
+    /// [`ProbedMessage::info`].
+    pub fn tag_probe_take(&self, tag: u64, mask: u64) -> Option<ProbedMessage> {
+        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+        // SAFETY: the worker is live; info outlives the call.
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.handle(), tag, mask, 1, &mut info) };
+        (!msg.is_null()).then(|| ProbedMessage {
+            handle: msg,
+            info: ProbeInfo { length: info.length, sender_tag: info.sender_tag },
+            worker: self.clone(),
+        })
+    }
+}
+
+/// A message removed from the worker's queue by [`Worker::tag_probe_take`]. It must be
+/// received; dropping it receives it into a scratch buffer and discards it.
+pub struct ProbedMessage {
+    handle: sys::ucp_tag_message_h,
+    info: ProbeInfo,
+    worker: Worker,
+}
+
+// SAFETY: the message handle is an opaque UCX descriptor used through the MULTI-mode worker.
+unsafe impl Send for ProbedMessage {}
+
+impl ProbedMessage {
+    /// Its length and tag.
+    pub fn info(&self) -> ProbeInfo {
+        self.info
+    }
+
+    /// Receives it into `buf` (`ucp_tag_msg_recv_nbx`).
+    pub fn recv_into<B: RecvBuffer + ?Sized>(self, buf: &mut B) -> Result<Submitted<'_>> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: read out once; `this` is not used or dropped again.
+        let worker = unsafe { std::ptr::read(&this.worker) };
+        // SAFETY: handle is an unreceived probed message of `worker`; buf is writable for its
+        // length and borrowed as long as the request.
+        unsafe { recv_probed(&worker, this.handle, buf) }
+    }
+}
+
+/// # Safety
+/// `msg` must be a probed-and-removed message of `worker`, received exactly once.
+unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
+    worker: &Worker,
+    msg: sys::ucp_tag_message_h,
+    buf: &'a mut B,
+) -> Result<Submitted<'a>> {
+    let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+    let mut params = request::params(Callback::TagRecv, buf.memory_type().for_op());
+    params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_RECV_INFO;
+    params.recv_info.tag_info = &mut info;
+    // SAFETY: guaranteed by the caller; `info` outlives the call.
+    unsafe {
+        let ret = sys::ucp_tag_msg_recv_nbx(worker.handle(), buf.as_mut_ptr().cast(), buf.byte_len(), msg, &params);
+        Submitted::from_status_ptr("ucp_tag_msg_recv_nbx", ret, worker, Completion { length: info.length, sender_tag: info.sender_tag })
+    }
+}
+
+impl Drop for ProbedMessage {
+    fn drop(&mut self) {
+        let mut scratch = vec![0u8; self.info.length];
+        // SAFETY: the message was probed with removal and not received.
+        let submitted = unsafe { recv_probed(&self.worker, self.handle, &mut scratch[..]) };
+        if let Ok(s) = submitted {
+            let _ = s.wait();
+        }
+    }
+}
+
+impl std::fmt::Debug for ProbedMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbedMessage").field("info", &self.info).finish()
+    }
+}

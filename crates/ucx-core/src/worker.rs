@@ -1,0 +1,207 @@
+//! The UCP worker (`ucp_worker_h`): where communication progresses. Progress, the wakeup fd
+//! and its arm/signal protocol, the worker's address, flush and fence, and its info text.
+//! Operations that belong to a worker rather than an endpoint live in their own modules
+//! (`tag` for receives and probes, `am` for handlers).
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+use crate::address::WorkerAddress;
+use crate::context::{Context, Features};
+use crate::error::{check, Error, Result, Status};
+use crate::live::{self, Kind};
+use crate::request::{self, Callback, Completion, Submitted};
+use crate::{sys, text};
+
+/// A UCP worker. Cheap to clone; endpoints, listeners and requests keep theirs alive, and it
+/// keeps its [`Context`] alive.
+///
+/// Created with `UCS_THREAD_MODE_MULTI`, so every method may be called from any thread, and
+/// `Worker` is `Send + Sync`; completion callbacks and handlers run on whichever thread calls
+/// [`Worker::progress`].
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<WorkerInner>,
+}
+
+pub(crate) struct WorkerInner {
+    handle: sys::ucp_worker_h,
+    context: Context,
+    /// Active-message handlers by id. Replaced handlers are kept until the worker is destroyed,
+    /// since another thread may still be running one inside progress.
+    pub(crate) am_handlers: Mutex<Vec<(u16, Box<crate::am::HandlerCell>)>>,
+}
+
+// SAFETY: the worker is created with UCS_THREAD_MODE_MULTI, which makes UCP serialise access
+// internally; the handler table is behind a Mutex.
+unsafe impl Send for WorkerInner {}
+// SAFETY: as above.
+unsafe impl Sync for WorkerInner {}
+
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        // SAFETY: endpoints, listeners and requests hold Worker clones, so none is left; AM
+        // handler cells are freed after UCX can no longer call them.
+        unsafe { sys::ucp_worker_destroy(self.handle) };
+        live::destroyed(Kind::Worker);
+    }
+}
+
+/// The result of [`Worker::arm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Armed {
+    /// The wakeup fd will become readable on the next event: safe to sleep on it.
+    Armed,
+    /// Events are pending (`UCS_ERR_BUSY`): progress again before sleeping.
+    Busy,
+}
+
+impl Worker {
+    /// Creates a worker on `context` (thread mode MULTI).
+    pub fn new(context: &Context) -> Result<Worker> {
+        // SAFETY: plain C parameter struct; zero means "field not set".
+        let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64;
+        params.thread_mode = sys::UCS_THREAD_MODE_MULTI;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: context is live (we keep a clone); UCX writes the worker handle.
+        check("ucp_worker_create", unsafe { sys::ucp_worker_create(context.handle(), &params, &mut handle) })?;
+        live::created(Kind::Worker);
+        Ok(Worker {
+            inner: Arc::new(WorkerInner { handle, context: context.clone(), am_handlers: Mutex::new(Vec::new()) }),
+        })
+    }
+
+    /// The context this worker belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.context
+    }
+
+    pub(crate) fn handle(&self) -> sys::ucp_worker_h {
+        self.inner.handle
+    }
+
+    pub(crate) fn inner(&self) -> &WorkerInner {
+        &self.inner
+    }
+
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<WorkerInner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    pub(crate) fn from_inner(inner: Arc<WorkerInner>) -> Worker {
+        Worker { inner }
+    }
+
+    /// Whether two handles refer to the same worker.
+    pub fn same_as(&self, other: &Worker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Runs one round of progress (`ucp_worker_progress`); returns how many events it handled
+    /// (0: nothing to do). Completion callbacks, AM handlers and connection handlers run here.
+    pub fn progress(&self) -> u32 {
+        // SAFETY: the worker is live; MULTI thread mode allows any thread.
+        unsafe { sys::ucp_worker_progress(self.inner.handle) }
+    }
+
+    /// Progresses until a round handles nothing; returns the total events handled.
+    pub fn progress_all(&self) -> u32 {
+        let mut total = 0;
+        loop {
+            let n = self.progress();
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
+
+    /// The worker's wakeup file descriptor (`ucp_worker_get_efd`): readable after
+    /// [`Worker::arm`] returned [`Armed::Armed`] and an event arrived. Needs
+    /// [`Features::WAKEUP`]. The fd belongs to the worker; do not close it.
+    pub fn wakeup_fd(&self) -> Result<RawFd> {
+        self.require(Features::WAKEUP, "ucp_worker_get_efd")?;
+        let mut fd = -1;
+        // SAFETY: the worker is live; UCX writes the fd.
+        check("ucp_worker_get_efd", unsafe { sys::ucp_worker_get_efd(self.inner.handle, &mut fd) })?;
+        Ok(fd)
+    }
+
+    /// Arms the wakeup fd (`ucp_worker_arm`). [`Armed::Busy`] means events are pending and the
+    /// caller must progress again instead of sleeping. The fd is level-insensitive: after a
+    /// wake-up, drain progress fully, then arm again.
+    pub fn arm(&self) -> Result<Armed> {
+        // SAFETY: the worker is live.
+        let status = unsafe { sys::ucp_worker_arm(self.inner.handle) };
+        match Status::from_raw(status) {
+            None => Ok(Armed::Armed),
+            Some(Status::Busy) => Ok(Armed::Busy),
+            Some(s) => Err(Error::new("ucp_worker_arm", s)),
+        }
+    }
+
+    /// Wakes a thread sleeping on the wakeup fd (`ucp_worker_signal`); callable from any thread.
+    pub fn signal(&self) -> Result<()> {
+        // SAFETY: the worker is live; ucp_worker_signal is thread-safe by contract.
+        check("ucp_worker_signal", unsafe { sys::ucp_worker_signal(self.inner.handle) })
+    }
+
+    /// Blocks the calling thread until an event arrives (`ucp_worker_wait`). Needs WAKEUP.
+    pub fn wait(&self) -> Result<()> {
+        self.require(Features::WAKEUP, "ucp_worker_wait")?;
+        // SAFETY: the worker is live.
+        check("ucp_worker_wait", unsafe { sys::ucp_worker_wait(self.inner.handle) })
+    }
+
+    /// The worker's address, which a peer passes to [`crate::Endpoint::connect_to_worker`].
+    pub fn address(&self) -> Result<WorkerAddress> {
+        let mut addr = std::ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: the worker is live; UCX allocates the address and writes pointer and length.
+        check("ucp_worker_get_address", unsafe { sys::ucp_worker_get_address(self.inner.handle, &mut addr, &mut len) })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+        // SAFETY: the address came from ucp_worker_get_address on this worker; released once.
+        unsafe { sys::ucp_worker_release_address(self.inner.handle, addr) };
+        Ok(WorkerAddress::from_bytes(bytes))
+    }
+
+    /// Orders operations: those issued before the fence complete remotely before those after
+    /// (`ucp_worker_fence`).
+    pub fn fence(&self) -> Result<()> {
+        // SAFETY: the worker is live.
+        check("ucp_worker_fence", unsafe { sys::ucp_worker_fence(self.inner.handle) })
+    }
+
+    /// Flushes every outstanding operation of every endpoint (`ucp_worker_flush_nbx`).
+    pub fn flush(&self) -> Result<Submitted<'static>> {
+        let params = request::params(Callback::Send, None);
+        // SAFETY: the worker is live and params is valid for the call; no buffer is involved.
+        unsafe {
+            let ret = sys::ucp_worker_flush_nbx(self.inner.handle, &params);
+            Submitted::from_status_ptr("ucp_worker_flush_nbx", ret, self, Completion::default())
+        }
+    }
+
+    /// UCX's description of the worker (`ucp_worker_print_info`).
+    pub fn info(&self) -> String {
+        text::capture(|file| {
+            // SAFETY: the worker is live and file is an open stream.
+            unsafe { sys::ucp_worker_print_info(self.inner.handle, file) }
+        })
+    }
+
+    pub(crate) fn require(&self, feature: Features, op: &'static str) -> Result<()> {
+        if self.inner.context.features().contains(feature) {
+            Ok(())
+        } else {
+            Err(Error::with_detail(op, Status::Unsupported, format!("the context lacks {feature:?}")))
+        }
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("handle", &self.inner.handle).finish()
+    }
+}
