@@ -51,10 +51,7 @@ fn main() {
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", ucx.libdir.display());
     println!("cargo:libdir={}", ucx.libdir.display());
     println!("cargo:include={}", ucx.include.display());
-    println!(
-        "cargo:rustc-env=UCXRS_BUILD_LIBDIR={}",
-        ucx.libdir.display()
-    );
+    println!("cargo:rustc-env=UCXRS_BUILD_LIBDIR={}", ucx.libdir.display());
     println!("cargo:rustc-env=UCXRS_BUILD_FOUND_BY={}", ucx.how);
 
     generate_bindings(&ucx.include);
@@ -75,11 +72,7 @@ fn find() -> Result<Ucx, Vec<String>> {
         }
     }
 
-    match pkg_config::Config::new()
-        .cargo_metadata(false)
-        .env_metadata(false)
-        .probe("ucx")
-    {
+    match pkg_config::Config::new().cargo_metadata(false).env_metadata(false).probe("ucx") {
         Ok(lib) => {
             let include = lib.include_paths.first().cloned().unwrap_or_default();
             let libdir = lib.link_paths.first().cloned().unwrap_or_default();
@@ -92,20 +85,12 @@ fn find() -> Result<Ucx, Vec<String>> {
     }
 
     for python in python_candidates() {
-        let out = Command::new(&python)
-            .args([
-                "-c",
-                "import libucx, os; print(os.path.dirname(libucx.__file__))",
-            ])
-            .output();
+        let out =
+            Command::new(&python).args(["-c", "import libucx, os; print(os.path.dirname(libucx.__file__))"]).output();
         match out {
             Ok(o) if o.status.success() => {
                 let prefix = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-                match check(
-                    prefix.join("include"),
-                    prefix.join("lib"),
-                    format!("libucx wheel via {python}"),
-                ) {
+                match check(prefix.join("include"), prefix.join("lib"), format!("libucx wheel via {python}")) {
                     Ok(u) => return Ok(u),
                     Err(e) => tried.push(format!("  libucx wheel via {python}: {e}")),
                 }
@@ -127,10 +112,7 @@ fn python_candidates() -> Vec<String> {
     }
     // The workspace's own virtualenv, made by scripts/setup.sh.
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
-    if let Some(root) = manifest
-        .ancestors()
-        .find(|d| d.join(".venv/bin/python").exists())
-    {
+    if let Some(root) = manifest.ancestors().find(|d| d.join(".venv/bin/python").exists()) {
         v.push(root.join(".venv/bin/python").display().to_string());
     }
     v.push("python3".to_string());
@@ -140,31 +122,22 @@ fn python_candidates() -> Vec<String> {
 
 fn check(include: PathBuf, libdir: PathBuf, how: String) -> Result<Ucx, String> {
     let version_h = include.join("ucp/api/ucp_version.h");
-    let text =
-        std::fs::read_to_string(&version_h).map_err(|e| format!("{}: {e}", version_h.display()))?;
+    let text = std::fs::read_to_string(&version_h).map_err(|e| format!("{}: {e}", version_h.display()))?;
     let major = define(&text, "UCP_API_MAJOR").ok_or("no UCP_API_MAJOR in ucp_version.h")?;
     let minor = define(&text, "UCP_API_MINOR").ok_or("no UCP_API_MINOR in ucp_version.h")?;
     if (major, minor) < MIN {
-        return Err(format!(
-            "UCX {major}.{minor} is older than the minimum {}.{}",
-            MIN.0, MIN.1
-        ));
+        return Err(format!("UCX {major}.{minor} is older than the minimum {}.{}", MIN.0, MIN.1));
     }
     if !libdir.join("libucp.so").exists() && !libdir.join("libucp.so.0").exists() {
         return Err(format!("no libucp.so in {}", libdir.display()));
     }
-    Ok(Ucx {
-        include,
-        libdir,
-        how: format!("{how}, API {major}.{minor}"),
-    })
+    Ok(Ucx { include, libdir, how: format!("{how}, API {major}.{minor}") })
 }
 
 fn define(text: &str, name: &str) -> Option<u32> {
     text.lines().find_map(|l| {
         let mut it = l.split_whitespace();
-        (it.next() == Some("#define") && it.next() == Some(name))
-            .then(|| it.next()?.parse().ok())?
+        (it.next() == Some("#define") && it.next() == Some(name)).then(|| it.next()?.parse().ok())?
     })
 }
 
@@ -186,7 +159,6 @@ fn generate_bindings(include: &Path) {
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .generate()
         .expect("bindgen could not generate UCX bindings");
-    let out =
-        PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
     bindings.write_to_file(out).expect("writing bindings.rs");
 }

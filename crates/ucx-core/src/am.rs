@@ -255,7 +255,12 @@ impl AmMessage {
             // writable for at least len bytes and borrowed as long as the request.
             return unsafe {
                 let ret = sys::ucp_am_recv_data_nbx(self.worker.handle(), desc, buf.as_mut_ptr().cast(), len, &params);
-                Submitted::from_status_ptr("ucp_am_recv_data_nbx", ret, &self.worker, Completion { length: len, sender_tag: 0 })
+                Submitted::from_status_ptr(
+                    "ucp_am_recv_data_nbx",
+                    ret,
+                    &self.worker,
+                    Completion { length: len, sender_tag: 0 },
+                )
             };
         }
         if let Some(src) = self.data() {

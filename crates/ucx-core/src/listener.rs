@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::error::{check, Error, Result, Status};
 use crate::live::{self, Kind};
 use crate::sockaddr::{self, CSockAddr};
-use crate::worker::Worker;
 use crate::sys;
+use crate::worker::Worker;
 
 type ConnHandler = Box<dyn FnMut(ConnRequest) + Send>;
 
@@ -86,7 +86,11 @@ fn client_addr(conn_request: sys::ucp_conn_request_h) -> Option<SocketAddr> {
 impl Listener {
     /// Listens on `addr` (port 0: an ephemeral port; see [`Listener::local_addr`]) and calls
     /// `handler` for each incoming connection, from inside [`Worker::progress`].
-    pub fn bind(worker: &Worker, addr: SocketAddr, handler: impl FnMut(ConnRequest) + Send + 'static) -> Result<Listener> {
+    pub fn bind(
+        worker: &Worker,
+        addr: SocketAddr,
+        handler: impl FnMut(ConnRequest) + Send + 'static,
+    ) -> Result<Listener> {
         let c_addr = CSockAddr::new(addr);
         let mut status = sys::UCS_OK;
         let inner = Arc::new_cyclic(|weak| {
@@ -97,7 +101,8 @@ impl Listener {
             params.field_mask =
                 (sys::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | sys::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER) as u64;
             params.sockaddr = c_addr.as_ucs();
-            params.conn_handler = sys::ucp_listener_conn_handler_t { cb: Some(on_conn_request), arg: trampoline.cast() };
+            params.conn_handler =
+                sys::ucp_listener_conn_handler_t { cb: Some(on_conn_request), arg: trampoline.cast() };
             let mut handle = std::ptr::null_mut();
             // SAFETY: the worker is live; params and the sockaddr it points to outlive the call;
             // the trampoline outlives the listener (freed in ListenerInner::drop).

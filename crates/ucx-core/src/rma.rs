@@ -89,7 +89,9 @@ impl<'a> MemoryHandle<'a> {
         let mut buf = std::ptr::null_mut();
         let mut size = 0usize;
         // SAFETY: context and handle are live; UCX allocates the packed key.
-        check("ucp_rkey_pack", unsafe { sys::ucp_rkey_pack(self.inner.context.handle(), self.inner.handle, &mut buf, &mut size) })?;
+        check("ucp_rkey_pack", unsafe {
+            sys::ucp_rkey_pack(self.inner.context.handle(), self.inner.handle, &mut buf, &mut size)
+        })?;
         // SAFETY: UCX returned `size` readable bytes.
         let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), size) }.to_vec();
         // SAFETY: buf came from ucp_rkey_pack and is released once.
@@ -98,7 +100,13 @@ impl<'a> MemoryHandle<'a> {
     }
 }
 
-fn map_raw<'a>(context: &Context, address: *mut u8, length: usize, mt: MemoryType, allocate: bool) -> Result<MemoryHandle<'a>> {
+fn map_raw<'a>(
+    context: &Context,
+    address: *mut u8,
+    length: usize,
+    mt: MemoryType,
+    allocate: bool,
+) -> Result<MemoryHandle<'a>> {
     if !context.features().contains(Features::RMA) && !context.features().contains(Features::AM) {
         return Err(Error::with_detail("ucp_mem_map", Status::Unsupported, "the context lacks RMA"));
     }
@@ -128,7 +136,8 @@ fn map_raw<'a>(context: &Context, address: *mut u8, length: usize, mt: MemoryTyp
     attr.field_mask = (sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH) as u64;
     // SAFETY: the handle is live.
     let q = unsafe { sys::ucp_mem_query(handle, &mut attr) };
-    let (address, length) = if q == sys::UCS_OK { (attr.address as usize, attr.length) } else { (address as usize, length) };
+    let (address, length) =
+        if q == sys::UCS_OK { (attr.address as usize, attr.length) } else { (address as usize, length) };
     Ok(MemoryHandle {
         inner: Arc::new(MemInner { handle, context: context.clone(), address, length, memory_type: mt }),
         _buffer: PhantomData,
@@ -174,7 +183,12 @@ impl Endpoint {
 
     /// Writes `buf` to the peer's memory at `remote_addr` (`ucp_put_nbx`). Completion means the
     /// local buffer may be reused; [`Endpoint::flush`] makes it visible remotely.
-    pub fn put<'a, B: SendBuffer + ?Sized>(&self, buf: &'a B, remote_addr: u64, rkey: &RemoteKey) -> Result<Submitted<'a>> {
+    pub fn put<'a, B: SendBuffer + ?Sized>(
+        &self,
+        buf: &'a B,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Submitted<'a>> {
         let ep = self.rma_handle("ucp_put_nbx", rkey)?;
         let params = request::params(Callback::Send, buf.memory_type().for_op());
         // SAFETY: the endpoint and rkey are live; buf is readable and borrowed as long as the
@@ -186,7 +200,12 @@ impl Endpoint {
     }
 
     /// Reads the peer's memory at `remote_addr` into `buf` (`ucp_get_nbx`).
-    pub fn get<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B, remote_addr: u64, rkey: &RemoteKey) -> Result<Submitted<'a>> {
+    pub fn get<'a, B: RecvBuffer + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Submitted<'a>> {
         let ep = self.rma_handle("ucp_get_nbx", rkey)?;
         let params = request::params(Callback::Send, buf.memory_type().for_op());
         let len = buf.byte_len();
@@ -200,7 +219,11 @@ impl Endpoint {
     fn rma_handle(&self, op: &'static str, rkey: &RemoteKey) -> Result<sys::ucp_ep_h> {
         self.worker().require(Features::RMA, op)?;
         if rkey.endpoint.id() != self.id() {
-            return Err(Error::with_detail(op, Status::InvalidParam, "the remote key was unpacked on another endpoint"));
+            return Err(Error::with_detail(
+                op,
+                Status::InvalidParam,
+                "the remote key was unpacked on another endpoint",
+            ));
         }
         self.handle(op)
     }

@@ -41,10 +41,7 @@ impl CSockAddr {
     }
 
     pub(crate) fn as_ucs(&self) -> crate::sys::ucs_sock_addr_t {
-        crate::sys::ucs_sock_addr_t {
-            addr: (&self.storage as *const libc::sockaddr_storage).cast(),
-            addrlen: self.len,
-        }
+        crate::sys::ucs_sock_addr_t { addr: (&self.storage as *const libc::sockaddr_storage).cast(), addrlen: self.len }
     }
 }
 

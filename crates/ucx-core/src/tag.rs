@@ -117,7 +117,12 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
     // SAFETY: guaranteed by the caller; `info` outlives the call.
     unsafe {
         let ret = sys::ucp_tag_msg_recv_nbx(worker.handle(), buf.as_mut_ptr().cast(), buf.byte_len(), msg, &params);
-        Submitted::from_status_ptr("ucp_tag_msg_recv_nbx", ret, worker, Completion { length: info.length, sender_tag: info.sender_tag })
+        Submitted::from_status_ptr(
+            "ucp_tag_msg_recv_nbx",
+            ret,
+            worker,
+            Completion { length: info.length, sender_tag: info.sender_tag },
+        )
     }
 }
 

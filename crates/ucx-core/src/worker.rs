@@ -158,7 +158,9 @@ impl Worker {
         let mut addr = std::ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: the worker is live; UCX allocates the address and writes pointer and length.
-        check("ucp_worker_get_address", unsafe { sys::ucp_worker_get_address(self.inner.handle, &mut addr, &mut len) })?;
+        check("ucp_worker_get_address", unsafe {
+            sys::ucp_worker_get_address(self.inner.handle, &mut addr, &mut len)
+        })?;
         // SAFETY: UCX returned `len` readable bytes at `addr`.
         let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
         // SAFETY: the address came from ucp_worker_get_address on this worker; released once.

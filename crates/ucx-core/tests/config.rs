@@ -3,31 +3,18 @@ use ucx_core::*;
 
 #[test]
 fn options_and_effective_config() {
-    let ctx = Context::builder()
-        .option("TLS", "tcp,self")
-        .option("NET_DEVICES", "lo")
-        .build()
-        .unwrap();
+    let ctx = Context::builder().option("TLS", "tcp,self").option("NET_DEVICES", "lo").build().unwrap();
     assert_eq!(ctx.config()["TLS"], "tcp,self");
     assert_eq!(ctx.config()["NET_DEVICES"], "lo");
-    assert!(
-        ctx.config().len() > 20,
-        "the whole configuration, not only what we set"
-    );
+    assert!(ctx.config().len() > 20, "the whole configuration, not only what we set");
     assert!(ctx.features().contains(Features::TAG | Features::WAKEUP));
 }
 
 #[test]
 fn unknown_option_is_an_error_naming_it() {
-    let e = Context::builder()
-        .option("NOT_AN_OPTION", "1")
-        .build()
-        .unwrap_err();
+    let e = Context::builder().option("NOT_AN_OPTION", "1").build().unwrap_err();
     assert!(e.to_string().contains("NOT_AN_OPTION"), "{e}");
-    let e = Context::builder()
-        .option("RNDV_THRESH", "lots")
-        .build()
-        .unwrap_err();
+    let e = Context::builder().option("RNDV_THRESH", "lots").build().unwrap_err();
     assert!(e.to_string().contains("RNDV_THRESH=lots"), "{e}");
 }
 
@@ -35,16 +22,9 @@ fn unknown_option_is_an_error_naming_it() {
 fn environment_or_options_win_as_asked() {
     // This test binary's only test touching UCX_SEG_SIZE, so setting it is race-free.
     std::env::set_var("UCX_SEG_SIZE", "16k");
-    let options_win = Context::builder()
-        .option("SEG_SIZE", "32k")
-        .build()
-        .unwrap();
+    let options_win = Context::builder().option("SEG_SIZE", "32k").build().unwrap();
     assert_eq!(options_win.config()["SEG_SIZE"], "32K");
-    let env_wins = Context::builder()
-        .option("SEG_SIZE", "32k")
-        .env_takes_precedence(true)
-        .build()
-        .unwrap();
+    let env_wins = Context::builder().option("SEG_SIZE", "32k").env_takes_precedence(true).build().unwrap();
     assert_eq!(env_wins.config()["SEG_SIZE"], "16K");
     std::env::remove_var("UCX_SEG_SIZE");
 }

@@ -46,10 +46,7 @@ fn typed_pod_buffers_travel_as_bytes() {
     let data: Vec<f64> = (0..1000).map(|i| i as f64 * 0.5).collect();
     let mut out = vec![0f64; 1000];
     let r = p.server.tag_recv(&mut out, 9, FULL_MASK).unwrap();
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.tag_send(&data, 9).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.tag_send(&data, 9).unwrap());
     assert_eq!(wait_on(&[&p.server, &p.client], r).length, 8000);
     assert_eq!(out, data);
 }
@@ -60,46 +57,21 @@ fn probe_keeps_or_takes_the_message() {
     let p = connected_pair(&ctx);
     assert!(p.server.tag_probe(77, FULL_MASK).is_none());
     let data = pattern(300, 1);
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.tag_send(&data[..], 77).unwrap(),
-    );
-    progress_until(&[&p.server, &p.client], "the message to arrive", || {
-        p.server.tag_probe(77, FULL_MASK).is_some()
-    });
+    wait_on(&[&p.server, &p.client], p.client_ep.tag_send(&data[..], 77).unwrap());
+    progress_until(&[&p.server, &p.client], "the message to arrive", || p.server.tag_probe(77, FULL_MASK).is_some());
     let info = p.server.tag_probe(77, FULL_MASK).unwrap();
-    assert_eq!(
-        info,
-        ProbeInfo {
-            length: 300,
-            sender_tag: 77
-        }
-    );
+    assert_eq!(info, ProbeInfo { length: 300, sender_tag: 77 });
     // Still there after a non-removing probe:
-    let msg = p
-        .server
-        .tag_probe_take(77, FULL_MASK)
-        .expect("message still queued");
+    let msg = p.server.tag_probe_take(77, FULL_MASK).expect("message still queued");
     assert_eq!(msg.info().length, 300);
-    assert!(
-        p.server.tag_probe(77, FULL_MASK).is_none(),
-        "taken out of the queue"
-    );
+    assert!(p.server.tag_probe(77, FULL_MASK).is_none(), "taken out of the queue");
     let mut buf = vec![0u8; msg.info().length];
-    wait_on(
-        &[&p.server, &p.client],
-        msg.recv_into(&mut buf[..]).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], msg.recv_into(&mut buf[..]).unwrap());
     assert_eq!(buf, data);
 
     // A taken message that is dropped is discarded, not left to match a later receive.
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.tag_send(&[1u8, 2, 3][..], 78).unwrap(),
-    );
-    progress_until(&[&p.server, &p.client], "the message", || {
-        p.server.tag_probe(78, FULL_MASK).is_some()
-    });
+    wait_on(&[&p.server, &p.client], p.client_ep.tag_send(&[1u8, 2, 3][..], 78).unwrap());
+    progress_until(&[&p.server, &p.client], "the message", || p.server.tag_probe(78, FULL_MASK).is_some());
     drop(p.server.tag_probe_take(78, FULL_MASK).unwrap());
     assert!(p.server.tag_probe(78, FULL_MASK).is_none());
 }
@@ -112,14 +84,8 @@ fn stream_send_recv_waits_for_all_bytes() {
     let mut buf = vec![0u8; 100_000];
     let r = p.server_ep.stream_recv(&mut buf[..]).unwrap();
     // Two sends, one receive: WAITALL gathers both.
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.stream_send(&data[..50_000]).unwrap(),
-    );
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.stream_send(&data[50_000..]).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.stream_send(&data[..50_000]).unwrap());
+    wait_on(&[&p.server, &p.client], p.client_ep.stream_send(&data[50_000..]).unwrap());
     assert_eq!(wait_on(&[&p.server, &p.client], r).length, 100_000);
     assert_eq!(buf, data);
 }
@@ -130,40 +96,26 @@ fn active_messages_eager_and_rendezvous_with_reply_endpoint() {
     let p = connected_pair(&ctx);
     let got: Arc<Mutex<Vec<AmMessage>>> = Arc::default();
     let g = got.clone();
-    p.server
-        .set_am_handler(3, move |m| g.lock().unwrap().push(m))
-        .unwrap();
+    p.server.set_am_handler(3, move |m| g.lock().unwrap().push(m)).unwrap();
 
-    for (n, proto) in [
-        (0usize, AmProto::Auto),
-        (64, AmProto::Eager),
-        (5000, AmProto::Auto),
-        (1 << 20, AmProto::Rendezvous),
-    ] {
+    for (n, proto) in
+        [(0usize, AmProto::Auto), (64, AmProto::Eager), (5000, AmProto::Auto), (1 << 20, AmProto::Rendezvous)]
+    {
         let data = pattern(n, 9);
         let header = [1u8, 2, 3, 4];
         let opts = AmSendOptions { reply: true, proto };
         let s = p.client_ep.am_send(3, &header, &data[..], opts).unwrap();
-        progress_until(&[&p.server, &p.client], "an active message", || {
-            !got.lock().unwrap().is_empty()
-        });
+        progress_until(&[&p.server, &p.client], "an active message", || !got.lock().unwrap().is_empty());
         let msg = got.lock().unwrap().pop().unwrap();
         assert_eq!(msg.header(), &header);
         assert_eq!(msg.data_len(), n);
-        assert_eq!(
-            msg.reply_ep(),
-            Some(p.server_ep.id()),
-            "reply ep is the server's endpoint to the client"
-        );
+        assert_eq!(msg.reply_ep(), Some(p.server_ep.id()), "reply ep is the server's endpoint to the client");
         if proto == AmProto::Rendezvous {
             assert!(msg.is_rendezvous());
             assert!(msg.data().is_none());
         }
         let mut buf = vec![0u8; n];
-        let c = wait_on(
-            &[&p.server, &p.client],
-            msg.recv_into(&mut buf[..]).unwrap(),
-        );
+        let c = wait_on(&[&p.server, &p.client], msg.recv_into(&mut buf[..]).unwrap());
         assert_eq!(c.length, n);
         assert_eq!(buf, data, "{n} bytes, {proto:?}");
         wait_on(&[&p.server, &p.client], s);
@@ -184,31 +136,19 @@ fn active_message_dropped_by_handler_or_later_is_released() {
         .unwrap();
     for n in [10usize, 100_000] {
         let data = vec![7u8; n];
-        let s = p
-            .client_ep
-            .am_send(4, &[], &data[..], AmSendOptions::default())
-            .unwrap();
+        let s = p.client_ep.am_send(4, &[], &data[..], AmSendOptions::default()).unwrap();
         wait_on(&[&p.server, &p.client], s);
     }
-    progress_until(&[&p.server, &p.client], "both messages", || {
-        seen.load(Ordering::SeqCst) == 100_010
-    });
+    progress_until(&[&p.server, &p.client], "both messages", || seen.load(Ordering::SeqCst) == 100_010);
 
     // Kept past the callback, then dropped unreceived.
     let kept: Arc<Mutex<Vec<AmMessage>>> = Arc::default();
     let k = kept.clone();
-    p.server
-        .set_am_handler(5, move |m| k.lock().unwrap().push(m))
-        .unwrap();
+    p.server.set_am_handler(5, move |m| k.lock().unwrap().push(m)).unwrap();
     for n in [10usize, 100_000] {
         let data = vec![7u8; n];
-        let s = p
-            .client_ep
-            .am_send(5, &[], &data[..], AmSendOptions::default())
-            .unwrap();
-        progress_until(&[&p.server, &p.client], "a kept message", || {
-            kept.lock().unwrap().len() == 1
-        });
+        let s = p.client_ep.am_send(5, &[], &data[..], AmSendOptions::default()).unwrap();
+        progress_until(&[&p.server, &p.client], "a kept message", || kept.lock().unwrap().len() == 1);
         kept.lock().unwrap().clear();
         let _ = try_wait_on(&[&p.server, &p.client], s);
     }
@@ -216,11 +156,7 @@ fn active_message_dropped_by_handler_or_later_is_released() {
 
 #[test]
 fn am_send_without_the_feature_is_an_error() {
-    let ctx = Context::builder()
-        .features(Features::TAG)
-        .option("NET_DEVICES", "lo")
-        .build()
-        .unwrap();
+    let ctx = Context::builder().features(Features::TAG).option("NET_DEVICES", "lo").build().unwrap();
     let w = Worker::new(&ctx).unwrap();
     let e = w.set_am_handler(1, |_| {}).unwrap_err();
     assert_eq!(e.status(), Status::Unsupported);
@@ -238,46 +174,27 @@ fn rma_put_get_with_registered_memory_and_remote_keys() {
     let packed = mem.pack_rkey().unwrap();
     let rkey = p.client_ep.unpack_rkey(&packed).unwrap();
     let data = pattern(1 << 16, 11);
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.put(&data[..], mem.address(), &rkey).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.put(&data[..], mem.address(), &rkey).unwrap());
     wait_on(&[&p.server, &p.client], p.client_ep.flush().unwrap());
     // SAFETY: nothing writes the memory now.
     assert_eq!(unsafe { mem.as_slice() }[..data.len()], data[..]);
     let mut back = vec![0u8; 1000];
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep
-            .get(&mut back[..], mem.address() + 500, &rkey)
-            .unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.get(&mut back[..], mem.address() + 500, &rkey).unwrap());
     assert_eq!(back, data[500..1500]);
 
     // Mapping a user buffer works the same way.
     let mut user = vec![0u8; 4096];
     {
         let mapped = MemoryHandle::map(&ctx, &mut user[..]).unwrap();
-        let rk = p
-            .client_ep
-            .unpack_rkey(&mapped.pack_rkey().unwrap())
-            .unwrap();
-        wait_on(
-            &[&p.server, &p.client],
-            p.client_ep
-                .put(&[9u8; 16][..], mapped.address() + 8, &rk)
-                .unwrap(),
-        );
+        let rk = p.client_ep.unpack_rkey(&mapped.pack_rkey().unwrap()).unwrap();
+        wait_on(&[&p.server, &p.client], p.client_ep.put(&[9u8; 16][..], mapped.address() + 8, &rk).unwrap());
         wait_on(&[&p.server, &p.client], p.client_ep.flush().unwrap());
     }
     assert_eq!(&user[8..24], &[9u8; 16]);
     assert!(user[..8].iter().all(|&b| b == 0));
 
     // A key unpacked on another endpoint is refused.
-    let e = p
-        .server_ep
-        .put(&[1u8][..], mem.address(), &rkey)
-        .unwrap_err();
+    let e = p.server_ep.put(&[1u8][..], mem.address(), &rkey).unwrap_err();
     assert_eq!(e.status(), Status::InvalidParam);
 }
 
@@ -289,12 +206,7 @@ fn worker_address_endpoints_round_trip_through_bytes() {
     let addr = b.address().unwrap();
     let bytes = addr.as_bytes().to_vec();
     assert!(bytes.len() > 16);
-    let ep = Endpoint::connect_to_worker(
-        &a,
-        &WorkerAddress::from_bytes(bytes),
-        EndpointParams::default(),
-    )
-    .unwrap();
+    let ep = Endpoint::connect_to_worker(&a, &WorkerAddress::from_bytes(bytes), EndpointParams::default()).unwrap();
     let mut buf = [0u8; 5];
     let r = b.tag_recv(&mut buf, 0xdead_beef, FULL_MASK).unwrap();
     wait_on(&[&a, &b], ep.tag_send(b"hello", 0xdead_beef).unwrap());
@@ -344,9 +256,7 @@ fn rejected_connection_fails_the_client() {
         EndpointParams::default().on_error(move |st| *f.lock().unwrap() = Some(st)),
     )
     .unwrap();
-    progress_until(&[&server, &client], "the client's error callback", || {
-        failed.lock().unwrap().is_some()
-    });
+    progress_until(&[&server, &client], "the client's error callback", || failed.lock().unwrap().is_some());
     assert_eq!(seen.lock().unwrap().unwrap().ip().to_string(), "127.0.0.1");
     assert!(ep.status().is_err());
 }
@@ -360,53 +270,29 @@ fn peer_failure_reaches_error_callback_and_status() {
     let f = failed.clone();
     let pending: Arc<Mutex<Vec<ConnRequest>>> = Arc::default();
     let pp = pending.clone();
-    let l = Listener::bind(&p.server, "127.0.0.1:0".parse().unwrap(), move |r| {
-        pp.lock().unwrap().push(r)
-    })
-    .unwrap();
+    let l = Listener::bind(&p.server, "127.0.0.1:0".parse().unwrap(), move |r| pp.lock().unwrap().push(r)).unwrap();
     let ep = Endpoint::connect(
         &p.client,
         l.local_addr(),
         EndpointParams::default().on_error(move |s| *f.lock().unwrap() = Some(s)),
     )
     .unwrap();
-    progress_until(&[&p.server, &p.client], "request", || {
-        !pending.lock().unwrap().is_empty()
-    });
-    let sep = Endpoint::accept(
-        &p.server,
-        pending.lock().unwrap().pop().unwrap(),
-        EndpointParams::default(),
-    )
-    .unwrap();
+    progress_until(&[&p.server, &p.client], "request", || !pending.lock().unwrap().is_empty());
+    let sep = Endpoint::accept(&p.server, pending.lock().unwrap().pop().unwrap(), EndpointParams::default()).unwrap();
     let mut b = [0u8; 1];
     let r = p.client.tag_recv(&mut b, 2, FULL_MASK).unwrap();
     wait_on(&[&p.server, &p.client], sep.tag_send(&[1u8], 2).unwrap());
     wait_on(&[&p.server, &p.client], r);
     // The server side goes away abruptly.
-    wait_on(
-        &[&p.server, &p.client],
-        sep.close(CloseMode::Force).unwrap(),
-    );
-    progress_until(&[&p.server, &p.client], "the peer failure", || {
-        failed.lock().unwrap().is_some()
-    });
+    wait_on(&[&p.server, &p.client], sep.close(CloseMode::Force).unwrap());
+    progress_until(&[&p.server, &p.client], "the peer failure", || failed.lock().unwrap().is_some());
     let st = failed.lock().unwrap().unwrap();
-    assert!(
-        matches!(
-            st,
-            Status::ConnectionReset | Status::EndpointTimeout | Status::Other(_)
-        ),
-        "{st:?}"
-    );
+    assert!(matches!(st, Status::ConnectionReset | Status::EndpointTimeout | Status::Other(_)), "{st:?}");
     assert_eq!(ep.status().unwrap_err().status(), st);
     // The other pair is unaffected.
     let mut b = [0u8; 3];
     let r = p.server.tag_recv(&mut b, 3, FULL_MASK).unwrap();
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.tag_send(b"abc", 3).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.tag_send(b"abc", 3).unwrap());
     wait_on(&[&p.server, &p.client], r);
     assert_eq!(&b, b"abc");
 }
@@ -415,19 +301,13 @@ fn peer_failure_reaches_error_callback_and_status() {
 fn closed_endpoint_refuses_operations_with_a_clear_error() {
     let ctx = context();
     let p = connected_pair(&ctx);
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.close(CloseMode::Flush).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.close(CloseMode::Flush).unwrap());
     assert!(p.client_ep.is_closed());
     let e = p.client_ep.tag_send(&[1u8][..], 1).unwrap_err();
     assert_eq!(e.status(), Status::NotConnected);
     assert!(e.to_string().contains("closed"), "{e}");
     // Closing twice is harmless.
-    assert!(matches!(
-        p.client_ep.close(CloseMode::Force).unwrap(),
-        Submitted::Done(_)
-    ));
+    assert!(matches!(p.client_ep.close(CloseMode::Force).unwrap(), Submitted::Done(_)));
 }
 
 #[test]
@@ -450,18 +330,12 @@ fn dropping_pending_receives_never_writes_into_freed_memory() {
     let p = connected_pair(&ctx);
     for round in 0..2000u64 {
         let mut buf = vec![0u8; 256];
-        let r = p
-            .server
-            .tag_recv(&mut buf[..], 5000 + round, FULL_MASK)
-            .unwrap();
+        let r = p.server.tag_recv(&mut buf[..], 5000 + round, FULL_MASK).unwrap();
         drop(r); // cancels and waits until UCX has let go of buf
         drop(buf);
     }
     // A message sent now to one of those tags is not swallowed by a dropped receive.
-    wait_on(
-        &[&p.server, &p.client],
-        p.client_ep.tag_send(&[42u8; 8][..], 5000).unwrap(),
-    );
+    wait_on(&[&p.server, &p.client], p.client_ep.tag_send(&[42u8; 8][..], 5000).unwrap());
     let mut b = [0u8; 8];
     let r = p.server.tag_recv(&mut b, 5000, FULL_MASK).unwrap();
     wait_on(&[&p.server, &p.client], r);
@@ -486,11 +360,7 @@ fn detached_requests_keep_their_buffer_until_ucx_is_done() {
     if let Submitted::InFlight(r) = s {
         // SAFETY of the test: the leaked slice lives forever; the flag shows when UCX let go.
         r.detach(Box::new(Flag(dropped.clone())), false);
-        assert_eq!(
-            dropped.load(Ordering::SeqCst),
-            0,
-            "not released before the transfer ends"
-        );
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "not released before the transfer ends");
     } else {
         dropped.fetch_add(1, Ordering::SeqCst);
     }
@@ -498,11 +368,7 @@ fn detached_requests_keep_their_buffer_until_ucx_is_done() {
     let r = p.server.tag_recv(&mut buf[..], 99, FULL_MASK).unwrap();
     wait_on(&[&p.server, &p.client], r);
     assert_eq!(buf, data);
-    progress_until(
-        &[&p.server, &p.client],
-        "the detached send to be released",
-        || dropped.load(Ordering::SeqCst) == 1,
-    );
+    progress_until(&[&p.server, &p.client], "the detached send to be released", || dropped.load(Ordering::SeqCst) == 1);
 
     // A detached, canceled receive is released at once with its keepalive, which here owns
     // the receive buffer (the pattern an owning future uses).
@@ -517,18 +383,13 @@ fn detached_requests_keep_their_buffer_until_ucx_is_done() {
     }
     let raw: *mut [u8] = Box::into_raw(vec![0u8; 32].into_boxed_slice());
     // SAFETY: the allocation lives until OwnedBuf drops it, which happens after UCX is done.
-    let r = p
-        .server
-        .tag_recv(unsafe { &mut *raw }, 31337, FULL_MASK)
-        .unwrap();
+    let r = p.server.tag_recv(unsafe { &mut *raw }, 31337, FULL_MASK).unwrap();
     let keep = OwnedBuf(raw, Flag(dropped.clone()));
     match r {
         Submitted::InFlight(r) => r.detach(Box::new(keep), true),
         Submitted::Done(_) => panic!("nothing was sent on tag 31337"),
     }
-    progress_until(&[&p.server, &p.client], "the canceled receive", || {
-        dropped.load(Ordering::SeqCst) == 2
-    });
+    progress_until(&[&p.server, &p.client], "the canceled receive", || dropped.load(Ordering::SeqCst) == 2);
 }
 
 #[test]
@@ -549,13 +410,8 @@ fn flush_fence_arm_signal_and_info() {
     }
     assert!(!readable(fd, 0), "armed and idle: nothing to read");
     let w = p.server.clone();
-    std::thread::spawn(move || w.signal().unwrap())
-        .join()
-        .unwrap();
-    assert!(
-        readable(fd, 2000),
-        "signal from another thread wakes the fd"
-    );
+    std::thread::spawn(move || w.signal().unwrap()).join().unwrap();
+    assert!(readable(fd, 2000), "signal from another thread wakes the fd");
 
     // An incoming message also wakes an armed worker.
     p.server.progress_all();
@@ -568,29 +424,18 @@ fn flush_fence_arm_signal_and_info() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !readable(fd, 0) {
         p.client.progress();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no wake-up for an incoming message"
-        );
+        assert!(std::time::Instant::now() < deadline, "no wake-up for an incoming message");
     }
     wait_on(&[&p.server, &p.client], s);
     wait_on(&[&p.server, &p.client], r);
 
-    assert!(
-        p.server.info().contains("UCP worker"),
-        "{}",
-        p.server.info()
-    );
+    assert!(p.server.info().contains("UCP worker"), "{}", p.server.info());
     assert!(ctx.info().contains("UCP context"), "{}", ctx.info());
     assert!(!p.client_ep.info().is_empty());
 }
 
 fn readable(fd: i32, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut pfd, 1, timeout_ms) > 0 }
 }

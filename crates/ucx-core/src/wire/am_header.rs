@@ -53,18 +53,8 @@ mod tests {
     #[test]
     fn wrong_length_is_rejected() {
         let err = decode(&[0; 8]).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::BadLength {
-                what: "active-message header",
-                expected: 4,
-                got: 8
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "active-message header: expected 4 bytes, got 8"
-        );
+        assert_eq!(err, WireError::BadLength { what: "active-message header", expected: 4, got: 8 });
+        assert_eq!(err.to_string(), "active-message header: expected 4 bytes, got 8");
         assert!(decode(&[]).is_err());
     }
 }

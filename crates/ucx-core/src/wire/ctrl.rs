@@ -25,10 +25,7 @@ impl CtrlMsg {
 
     /// A shutdown request: the sender has sent `close_after_n_recv` messages.
     pub const fn shutdown(close_after_n_recv: u64) -> Self {
-        Self {
-            opcode: Self::OPCODE_SHUTDOWN,
-            close_after_n_recv,
-        }
+        Self { opcode: Self::OPCODE_SHUTDOWN, close_after_n_recv }
     }
 
     /// Whether this is a shutdown request. Any other opcode is unknown; the
@@ -50,10 +47,7 @@ impl CtrlMsg {
     /// policy, not a framing error.
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
         let bytes: [u8; Self::LEN] = exact("control message", bytes)?;
-        Ok(Self {
-            opcode: le_u64(&bytes, 0),
-            close_after_n_recv: le_u64(&bytes, 8),
-        })
+        Ok(Self { opcode: le_u64(&bytes, 0), close_after_n_recv: le_u64(&bytes, 8) })
     }
 }
 
@@ -74,10 +68,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode_decodes() {
-        let msg = CtrlMsg {
-            opcode: 99,
-            close_after_n_recv: u64::MAX,
-        };
+        let msg = CtrlMsg { opcode: 99, close_after_n_recv: u64::MAX };
         let decoded = CtrlMsg::decode(&msg.encode()).unwrap();
         assert_eq!(decoded, msg);
         assert!(!decoded.is_shutdown());
@@ -86,10 +77,7 @@ mod tests {
     #[test]
     fn round_trips() {
         for (opcode, n) in [(0, 0), (1, 1), (u64::MAX, 0x0102_0304_0506_0708)] {
-            let msg = CtrlMsg {
-                opcode,
-                close_after_n_recv: n,
-            };
+            let msg = CtrlMsg { opcode, close_after_n_recv: n };
             assert_eq!(CtrlMsg::decode(&msg.encode()), Ok(msg));
         }
     }
@@ -97,18 +85,8 @@ mod tests {
     #[test]
     fn wrong_length_is_rejected() {
         let err = CtrlMsg::decode(&[0; 17]).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::BadLength {
-                what: "control message",
-                expected: 16,
-                got: 17
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "control message: expected 16 bytes, got 17"
-        );
+        assert_eq!(err, WireError::BadLength { what: "control message", expected: 16, got: 17 });
+        assert_eq!(err.to_string(), "control message: expected 16 bytes, got 17");
         assert!(CtrlMsg::decode(&[]).is_err());
     }
 }

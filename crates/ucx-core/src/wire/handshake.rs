@@ -80,10 +80,7 @@ impl PeerInfo {
     /// and carry a matching checksum.
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
         let bytes: [u8; Self::LEN] = exact("UCX-Py peer info", bytes)?;
-        let info = Self {
-            msg_tag: le_u64(&bytes, 0),
-            ctrl_tag: le_u64(&bytes, 8),
-        };
+        let info = Self { msg_tag: le_u64(&bytes, 0), ctrl_tag: le_u64(&bytes, 8) };
         let (expected, got) = (info.checksum(), le_u64(&bytes, 16));
         if expected != got {
             return Err(WireError::ChecksumInvalid { expected, got });
@@ -121,9 +118,7 @@ impl UcxxPeerInfo {
     /// and carry a matching checksum.
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
         let bytes: [u8; Self::LEN] = exact("UCXX peer info", bytes)?;
-        let info = Self {
-            msg_tag: le_u64(&bytes, 0),
-        };
+        let info = Self { msg_tag: le_u64(&bytes, 0) };
         let (expected, got) = (info.checksum(), le_u64(&bytes, 8));
         if expected != got {
             return Err(WireError::ChecksumInvalid { expected, got });
@@ -140,10 +135,7 @@ mod tests {
     const CTRL: u64 = 0xfedc_ba98_7654_3210;
 
     fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     // python3 -c 'import hashlib,struct;h=lambda *a:int(hashlib.sha1(repr(a).encode()).hexdigest()[:16],16);m,c=0x0123456789abcdef,0xfedcba9876543210;print(repr((m,c)),hex(h(m,c)),struct.pack("<QQQ",m,c,h(m,c)).hex())'
@@ -157,10 +149,7 @@ mod tests {
 
     #[test]
     fn ucxpy_vector() {
-        let info = PeerInfo {
-            msg_tag: MSG,
-            ctrl_tag: CTRL,
-        };
+        let info = PeerInfo { msg_tag: MSG, ctrl_tag: CTRL };
         assert_eq!(info.checksum(), 0xa2b2_20f5_da2f_1831);
         assert_eq!(info.encode().to_vec(), unhex(UCXPY_VECTOR));
         assert_eq!(PeerInfo::decode(&unhex(UCXPY_VECTOR)), Ok(info));
@@ -188,18 +177,8 @@ mod tests {
     fn wrong_length_is_rejected() {
         let long = unhex(UCXPY_VECTOR);
         let err = PeerInfo::decode(&long[..23]).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::BadLength {
-                what: "UCX-Py peer info",
-                expected: 24,
-                got: 23
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "UCX-Py peer info: expected 24 bytes, got 23"
-        );
+        assert_eq!(err, WireError::BadLength { what: "UCX-Py peer info", expected: 24, got: 23 });
+        assert_eq!(err.to_string(), "UCX-Py peer info: expected 24 bytes, got 23");
 
         let err = UcxxPeerInfo::decode(&long).unwrap_err();
         assert_eq!(err.to_string(), "UCXX peer info: expected 16 bytes, got 24");
@@ -210,30 +189,15 @@ mod tests {
         let mut bytes = unhex(UCXPY_VECTOR);
         bytes[16..24].copy_from_slice(&0x1234u64.to_le_bytes());
         let err = PeerInfo::decode(&bytes).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::ChecksumInvalid {
-                expected: 0xa2b2_20f5_da2f_1831,
-                got: 0x1234
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "Checksum invalid! 0xa2b220f5da2f1831 != 0x1234"
-        );
+        assert_eq!(err, WireError::ChecksumInvalid { expected: 0xa2b2_20f5_da2f_1831, got: 0x1234 });
+        assert_eq!(err.to_string(), "Checksum invalid! 0xa2b220f5da2f1831 != 0x1234");
 
         // A corrupted tag is caught the same way; the receiver's recomputed
         // checksum is reported as "expected".
         let mut bytes = unhex(UCXX_VECTOR);
         bytes[0] ^= 1;
         let err = UcxxPeerInfo::decode(&bytes).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::ChecksumInvalid {
-                expected: hash64bits(&[MSG ^ 1]),
-                got: 0x973a_4d2a_13b2_c00d
-            }
-        );
+        assert_eq!(err, WireError::ChecksumInvalid { expected: hash64bits(&[MSG ^ 1]), got: 0x973a_4d2a_13b2_c00d });
     }
 
     #[test]
@@ -245,11 +209,7 @@ mod tests {
 
     #[test]
     fn detects_ucxpy_from_its_first_16_bytes() {
-        let full = PeerInfo {
-            msg_tag: MSG,
-            ctrl_tag: CTRL,
-        }
-        .encode();
+        let full = PeerInfo { msg_tag: MSG, ctrl_tag: CTRL }.encode();
         let mut first16 = [0u8; DETECT_LEN];
         first16.copy_from_slice(&full[..DETECT_LEN]);
         assert_eq!(detect(&first16), Flavour::UcxPy);
@@ -258,24 +218,14 @@ mod tests {
         // The remaining 8 bytes complete a valid UCX-Py handshake.
         let mut rest = first16.to_vec();
         rest.extend_from_slice(&full[DETECT_LEN..]);
-        assert_eq!(
-            PeerInfo::decode(&rest),
-            Ok(PeerInfo {
-                msg_tag: MSG,
-                ctrl_tag: CTRL
-            })
-        );
+        assert_eq!(PeerInfo::decode(&rest), Ok(PeerInfo { msg_tag: MSG, ctrl_tag: CTRL }));
     }
 
     #[test]
     fn detection_false_positive_is_exactly_the_documented_case() {
         // A UCX-Py peer whose ctrl_tag equals hash64bits(msg_tag) is
         // indistinguishable from UCXX by its first 16 bytes.
-        let full = PeerInfo {
-            msg_tag: MSG,
-            ctrl_tag: hash64bits(&[MSG]),
-        }
-        .encode();
+        let full = PeerInfo { msg_tag: MSG, ctrl_tag: hash64bits(&[MSG]) }.encode();
         let mut first16 = [0u8; DETECT_LEN];
         first16.copy_from_slice(&full[..DETECT_LEN]);
         assert_eq!(detect(&first16), Flavour::Ucxx);

@@ -61,11 +61,7 @@ pub enum WireError {
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Self::BadLength {
-                what,
-                expected,
-                got,
-            } => write!(f, "{what}: expected {expected} bytes, got {got}"),
+            Self::BadLength { what, expected, got } => write!(f, "{what}: expected {expected} bytes, got {got}"),
             // Same text as UCX-Py/UCXX (`f"Checksum invalid! {hex(e)} != {hex(g)}"`)
             // so logs from mixed deployments read alike; `{:#x}` matches
             // Python's `hex()` (lowercase, `0x` prefix, no padding).
@@ -80,11 +76,7 @@ impl std::error::Error for WireError {}
 
 /// Checks that `bytes` is exactly `N` long and returns it as an array.
 fn exact<const N: usize>(what: &'static str, bytes: &[u8]) -> Result<[u8; N], WireError> {
-    bytes.try_into().map_err(|_| WireError::BadLength {
-        what,
-        expected: N,
-        got: bytes.len(),
-    })
+    bytes.try_into().map_err(|_| WireError::BadLength { what, expected: N, got: bytes.len() })
 }
 
 /// Reads the little-endian `u64` at `bytes[at..at + 8]` of a fixed-size buffer.
@@ -202,10 +194,7 @@ mod tests {
         assert_eq!(hash64bits(&[0]), 0x22dd_0956_b162_7f9f);
         assert_eq!(hash64bits(&[]), 0xf906_5fa7_3897_50e1);
         assert_eq!(hash64bits(&[1, 2, 3]), 0xb829_04fe_e14f_67d0);
-        assert_eq!(
-            hash64bits(&[0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]),
-            0xa2b2_20f5_da2f_1831
-        );
+        assert_eq!(hash64bits(&[0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]), 0xa2b2_20f5_da2f_1831);
     }
 
     // Values from the same python3 command as above (h(-5), h(-2**63, 2**63-1)).
@@ -220,18 +209,7 @@ mod tests {
 
     #[test]
     fn decimal_matches_std_formatting() {
-        for v in [
-            0,
-            1,
-            9,
-            10,
-            -1,
-            -10,
-            i128::from(u64::MAX),
-            i128::from(i64::MIN),
-            i128::MAX,
-            i128::MIN,
-        ] {
+        for v in [0, 1, 9, 10, -1, -10, i128::from(u64::MAX), i128::from(i64::MIN), i128::MAX, i128::MIN] {
             let mut ours = Sha1::new();
             update_decimal(&mut ours, v);
             let theirs = Sha1::digest(v.to_string().as_bytes());
@@ -274,17 +252,10 @@ mod tests {
 
     #[test]
     fn error_display_names_the_problem() {
-        let e = WireError::BadLength {
-            what: "control message",
-            expected: 16,
-            got: 3,
-        };
+        let e = WireError::BadLength { what: "control message", expected: 16, got: 3 };
         assert_eq!(e.to_string(), "control message: expected 16 bytes, got 3");
         // Python: hex(0) == '0x0', hex(0xabc) == '0xabc' (no padding).
-        let e = WireError::ChecksumInvalid {
-            expected: 0,
-            got: 0xABC,
-        };
+        let e = WireError::ChecksumInvalid { expected: 0, got: 0xABC };
         assert_eq!(e.to_string(), "Checksum invalid! 0x0 != 0xabc");
     }
 }

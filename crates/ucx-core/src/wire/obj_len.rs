@@ -39,17 +39,7 @@ mod tests {
     #[test]
     fn wrong_length_is_rejected() {
         let err = decode(&[0; 4]).unwrap_err();
-        assert_eq!(
-            err,
-            WireError::BadLength {
-                what: "object length prefix",
-                expected: 8,
-                got: 4
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "object length prefix: expected 8 bytes, got 4"
-        );
+        assert_eq!(err, WireError::BadLength { what: "object length prefix", expected: 8, got: 4 });
+        assert_eq!(err.to_string(), "object length prefix: expected 8 bytes, got 4");
     }
 }

@@ -49,9 +49,7 @@ pub fn connected_pair_at(ctx: &Context, bind: SocketAddr) -> Pair {
         target.set_ip("127.0.0.1".parse().unwrap());
     }
     let client_ep = Endpoint::connect(&client, target, EndpointParams::default()).unwrap();
-    progress_until(&[&server, &client], "a connection request", || {
-        !pending.lock().unwrap().is_empty()
-    });
+    progress_until(&[&server, &client], "a connection request", || !pending.lock().unwrap().is_empty());
     let req = pending.lock().unwrap().pop().unwrap();
     let server_ep = Endpoint::accept(&server, req, EndpointParams::default()).unwrap();
     // One round trip makes sure both sides are wired up.
@@ -61,13 +59,7 @@ pub fn connected_pair_at(ctx: &Context, bind: SocketAddr) -> Pair {
     wait_on(&[&server, &client], s);
     wait_on(&[&server, &client], r);
     assert_eq!(b, [7]);
-    Pair {
-        server,
-        client,
-        server_ep,
-        client_ep,
-        listener,
-    }
+    Pair { server, client, server_ep, client_ep, listener }
 }
 
 /// Waits for a submitted operation while progressing all the workers (one worker's progress
@@ -76,10 +68,7 @@ pub fn wait_on(workers: &[&Worker], s: ucx_core::Submitted<'_>) -> ucx_core::Com
     try_wait_on(workers, s).expect("operation failed")
 }
 
-pub fn try_wait_on(
-    workers: &[&Worker],
-    s: ucx_core::Submitted<'_>,
-) -> ucx_core::Result<ucx_core::Completion> {
+pub fn try_wait_on(workers: &[&Worker], s: ucx_core::Submitted<'_>) -> ucx_core::Result<ucx_core::Completion> {
     match s {
         ucx_core::Submitted::Done(c) => Ok(c),
         ucx_core::Submitted::InFlight(r) => {
@@ -91,7 +80,5 @@ pub fn try_wait_on(
 
 /// A recognisable pattern of `n` bytes.
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
