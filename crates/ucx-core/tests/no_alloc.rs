@@ -1,0 +1,67 @@
+//! An operation UCX completes inline costs no heap allocation on our side: counted with a
+//! global allocator. (UCX's own C allocations are its business and not counted.)
+//!
+//! One test per binary, so the counter sees only this test's thread... and the test harness:
+//! the count is taken only around the measured loop.
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use ucx_core::*;
+
+struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn inline_sends_and_receives_allocate_nothing() {
+    let ctx = context();
+    let p = connected_pair(&ctx);
+    let msg = [5u8; 8];
+    let mut buf = [0u8; 8];
+    // Warm up UCX's pools and lanes.
+    for _ in 0..100 {
+        let s = p.client_ep.tag_send(&msg, 3).unwrap();
+        wait_on(&[&p.server, &p.client], s);
+        let r = p.server.tag_recv(&mut buf, 3, FULL_MASK).unwrap();
+        wait_on(&[&p.server, &p.client], r);
+    }
+    let mut inline = 0;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        let send = p.client_ep.tag_send(&msg, 3).unwrap();
+        let send_inline = matches!(send, Submitted::Done(_));
+        drop(send);
+        // Let the message land in the server's unexpected queue, then receive it inline.
+        while p.server.tag_probe(3, FULL_MASK).is_none() {
+            p.server.progress();
+            p.client.progress();
+        }
+        let recv = p.server.tag_recv(&mut buf, 3, FULL_MASK).unwrap();
+        if let (true, Submitted::Done(c)) = (send_inline, &recv) {
+            assert_eq!(c.length, 8);
+            inline += 1;
+        }
+        drop(recv);
+    }
+    let allocated = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert!(inline > 900, "only {inline} of 1000 send+receive pairs completed inline");
+    assert_eq!(allocated, 0, "{allocated} heap allocations in 1000 inline send+receive pairs");
+}
