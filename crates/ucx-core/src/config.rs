@@ -43,7 +43,7 @@ impl Config {
         let (status, what) = if self.names().iter().any(|n| n == name) {
             (status, "invalid value")
         } else {
-            (Status::NoElem, "no such option")
+            (Status::NoElem, "no such option (or a transport option with an invalid value)")
         };
         let hint = if name.starts_with("UCX_") { " (give names without the UCX_ prefix)" } else { "" };
         Err(Error::with_detail("ucp_config_modify", status, format!("{what}: {name}={value}{hint}")))

@@ -1,0 +1,178 @@
+//! Two processes exchanging tag messages over 127.0.0.1 with ucx-core (busy-polling, no async
+//! runtime), printing the one-way latency and bandwidth it measured for each message size.
+//!
+//! Run: `cargo run --release -p ucx-core --example core_pingpong` (it starts its own server
+//! process). `--server` runs only the server and prints its port; `--client PORT` only the
+//! client; `--iters N` sets the iterations per size.
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ucx_core::{ConnRequest, Context, Endpoint, EndpointParams, Listener, Result, Submitted, Worker, FULL_MASK};
+
+const SIZES: &[usize] = &[8, 64, 1024, 8192, 65_536, 1 << 20];
+const PING: u64 = 1;
+const PONG: u64 = 2;
+
+fn context() -> Result<Context> {
+    Context::builder()
+        // Loopback only: keep UCX's network transports on `lo`.
+        .option("NET_DEVICES", "lo")
+        // Shared-memory transports support peer-failure handling only when asked; without
+        // this, endpoints with error handling (our default) fall back to TCP on one host.
+        .option("MM_ERROR_HANDLING", "y")
+        .build()
+}
+
+/// Busy-progresses until the operation is done.
+fn finish(worker: &Worker, s: Submitted<'_>) -> Result<usize> {
+    match s {
+        Submitted::Done(c) => Ok(c.length),
+        Submitted::InFlight(r) => {
+            while !r.is_complete() {
+                worker.progress();
+            }
+            r.wait().map(|c| c.length)
+        }
+    }
+}
+
+fn server(iters: usize) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx)?;
+    let pending: Arc<Mutex<Option<ConnRequest>>> = Arc::default();
+    let p = pending.clone();
+    let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"), move |r| {
+        *p.lock().unwrap_or_else(|e| e.into_inner()) = Some(r)
+    })?;
+    println!("PORT {}", listener.local_addr().port());
+    let req = loop {
+        worker.progress();
+        if let Some(r) = pending.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            break r;
+        }
+    };
+    let ep = Endpoint::accept(&worker, req, EndpointParams::default())?;
+    let mut buf = vec![0u8; *SIZES.last().unwrap_or(&8)];
+    for &size in SIZES {
+        for _ in 0..iters_for(size, iters) + WARMUP {
+            finish(&worker, worker.tag_recv(&mut buf[..size], PING, FULL_MASK)?)?;
+            finish(&worker, ep.tag_send(&buf[..size], PONG)?)?;
+        }
+    }
+    Ok(())
+}
+
+const WARMUP: usize = 100;
+
+/// Fewer round trips for large messages keep the run short.
+fn iters_for(size: usize, iters: usize) -> usize {
+    if size >= 65_536 {
+        (iters / 10).max(100)
+    } else {
+        iters
+    }
+}
+
+fn client(port: u16, iters: usize) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx)?;
+    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into(), EndpointParams::default())?;
+    let mut out = vec![7u8; *SIZES.last().unwrap_or(&8)];
+    let mut back = vec![0u8; out.len()];
+    println!("ucx-core tag ping-pong over 127.0.0.1, two processes, busy polling");
+    println!(
+        "UCX {}.{}.{}, transports: {}",
+        ucx_core::version::runtime().0,
+        ucx_core::version::runtime().1,
+        ucx_core::version::runtime().2,
+        ctx.config().get("TLS").map(String::as_str).unwrap_or("?")
+    );
+    println!("{:>9} {:>7} {:>14} {:>14} {:>14}", "bytes", "iters", "one-way p50", "one-way p99", "bandwidth");
+    for &size in SIZES {
+        let n = iters_for(size, iters);
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..n + WARMUP {
+            out[0] = i as u8;
+            let t0 = Instant::now();
+            let recv = worker.tag_recv(&mut back[..size], PONG, FULL_MASK)?;
+            finish(&worker, ep.tag_send(&out[..size], PING)?)?;
+            let got = finish(&worker, recv)?;
+            let rtt = t0.elapsed();
+            assert_eq!(got, size, "echo length");
+            assert_eq!(back[0], out[0], "echo content");
+            if i >= WARMUP {
+                rtts.push(rtt);
+            }
+        }
+        rtts.sort();
+        let p50 = rtts[rtts.len() / 2] / 2;
+        let p99 = rtts[rtts.len() * 99 / 100] / 2;
+        let total: Duration = rtts.iter().sum();
+        let mb_s = (2 * n * size) as f64 / total.as_secs_f64() / 1e6;
+        println!("{size:>9} {n:>7} {:>11.2} µs {:>11.2} µs {mb_s:>9.1} MB/s", us(p50), us(p99));
+    }
+    Ok(())
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let iters = args
+        .iter()
+        .position(|a| a == "--iters")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let result = if args.iter().any(|a| a == "--server") {
+        server(iters)
+    } else if let Some(i) = args.iter().position(|a| a == "--client") {
+        match args.get(i + 1).and_then(|p| p.parse().ok()) {
+            Some(port) => client(port, iters),
+            None => {
+                eprintln!("usage: core_pingpong --client PORT");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        run_both(iters)
+    };
+    if let Err(e) = result {
+        eprintln!("core_pingpong: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Starts the server as a child process and runs the client against it.
+fn run_both(iters: usize) -> Result<()> {
+    let exe = std::env::current_exe().expect("own path");
+    let mut child = Command::new(exe)
+        .args(["--server", "--iters", &iters.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the server process");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let port = BufReader::new(stdout)
+        .lines()
+        .map_while(|l| l.ok())
+        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
+    let Some(port) = port else {
+        let _ = child.kill();
+        eprintln!("core_pingpong: the server process did not report a port");
+        std::process::exit(1);
+    };
+    let r = client(port, iters);
+    if r.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("wait for the server");
+    if r.is_ok() && !status.success() {
+        eprintln!("core_pingpong: server process failed: {status}");
+        std::process::exit(1);
+    }
+    r
+}
