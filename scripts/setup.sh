@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs, idempotent and cheap to re-run: Debian packages (libclang
+# for bindgen, pkg-config, a C compiler), a virtualenv in .venv with the UCX wheel
+# (libucx-cu12) and the Python tools, the Rust workspace, and the Python extension installed
+# into .venv. Sourced by scripts/demo.sh and scripts/test.sh; run it alone to only set up.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# 1. System packages (Debian/Ubuntu). Skipped when already present.
+need_pkgs=()
+for p in libclang-dev pkg-config gcc libc6-dev; do
+    dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if ((${#need_pkgs[@]})); then
+    say "installing Debian packages: ${need_pkgs[*]}"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# 2. Rust: the toolchain must already be installed (https://rustup.rs).
+if ! command -v cargo >/dev/null 2>&1; then
+    say "cargo not found: install Rust with rustup (https://rustup.rs), then re-run"
+    exit 1
+fi
+
+# 3. Python virtualenv with the UCX wheel and tools. A stamp records what was installed.
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    "$PY" -m venv .venv
+fi
+REQS="libucx-cu12>=1.18 maturin>=1.5 pytest numpy"
+STAMP=.venv/.ucx-async-requirements
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$REQS" ]; then
+    say "installing into .venv: $REQS"
+    .venv/bin/python -m pip install -q --upgrade pip
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip install -q $REQS
+    echo "$REQS" >"$STAMP"
+fi
+export VIRTUAL_ENV="$ROOT/.venv"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+
+# UCX's tools (ucx_perftest, ucx_info) come with the wheel; their libraries sit beside them.
+UCX_PREFIX="$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
+export UCX_PREFIX
+
+# 4. The Rust workspace (ucx-core finds UCX through .venv; see crates/ucx-core/build.rs).
+say "building the Rust workspace"
+cargo build --workspace --quiet
+
+# 5. The Python extension, installed into .venv (re-runs are incremental).
+say "building the Python extension (maturin develop)"
+maturin develop --quiet --release >/dev/null
