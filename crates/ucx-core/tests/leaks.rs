@@ -40,7 +40,7 @@ fn every_ucx_object_is_destroyed_exactly_once() {
         let rkey = client_ep.unpack_rkey(&mem.pack_rkey().unwrap()).unwrap();
         assert_eq!((live::count(Kind::Memory), live::count(Kind::RemoteKey)), (1, 1));
         wait_on(&[&server, &client], client_ep.put(&[1u8; 64][..], mem.address(), &rkey).unwrap());
-        let mut pending = vec![0u8; 8];
+        let mut pending = [0u8; 8];
         let r = server.tag_recv(&mut pending[..], 404, FULL_MASK).unwrap();
         assert_eq!(live::count(Kind::Request), 1);
         drop(r);

@@ -29,7 +29,7 @@ fn tag_recv_into_smaller_buffer_is_truncation_error() {
     let ctx = context();
     let p = connected_pair(&ctx);
     for &n in &[100usize, 100_000] {
-        let mut small = vec![0u8; 10];
+        let mut small = [0u8; 10];
         let r = p.server.tag_recv(&mut small[..], 5, FULL_MASK).unwrap();
         let data = vec![1u8; n];
         let s = p.client_ep.tag_send(&data[..], 5).unwrap();
@@ -314,7 +314,7 @@ fn closed_endpoint_refuses_operations_with_a_clear_error() {
 fn cancel_a_pending_receive() {
     let ctx = context();
     let w = Worker::new(&ctx).unwrap();
-    let mut buf = vec![0u8; 64];
+    let mut buf = [0u8; 64];
     let Submitted::InFlight(r) = w.tag_recv(&mut buf[..], 1234, FULL_MASK).unwrap() else {
         panic!("nothing was sent, so the receive cannot complete inline");
     };
@@ -358,7 +358,7 @@ fn detached_requests_keep_their_buffer_until_ucx_is_done() {
     let data_ptr: &'static [u8] = Box::leak(data.clone().into_boxed_slice());
     let s = p.client_ep.tag_send(data_ptr, 99).unwrap();
     if let Submitted::InFlight(r) = s {
-        // SAFETY of the test: the leaked slice lives forever; the flag shows when UCX let go.
+        // The leaked slice lives forever; the flag shows when UCX let go.
         r.detach(Box::new(Flag(dropped.clone())), false);
         assert_eq!(dropped.load(Ordering::SeqCst), 0, "not released before the transfer ends");
     } else {
@@ -373,7 +373,7 @@ fn detached_requests_keep_their_buffer_until_ucx_is_done() {
     // A detached, canceled receive is released at once with its keepalive, which here owns
     // the receive buffer (the pattern an owning future uses).
     struct OwnedBuf(*mut [u8], #[allow(dead_code)] Flag);
-    // SAFETY of the test: the pointer is a leaked Box reclaimed exactly once, in Drop.
+    // SAFETY: the pointer is a leaked Box reclaimed exactly once, in Drop.
     unsafe impl Send for OwnedBuf {}
     impl Drop for OwnedBuf {
         fn drop(&mut self) {
