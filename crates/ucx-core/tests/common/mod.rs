@@ -9,7 +9,7 @@ use ucx_core::{ConnRequest, Context, Endpoint, EndpointParams, Listener, Worker}
 
 /// A context whose network transports use only `lo`, so no test traffic leaves loopback.
 pub fn context() -> Context {
-    Context::builder().build().expect("context")
+    Context::builder().option("NET_DEVICES", "lo").build().expect("context")
 }
 
 /// Progresses every worker until `done()` holds; panics after 20 s naming `what`.

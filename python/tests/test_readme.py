@@ -1,0 +1,18 @@
+"""Every Python block in the README runs as written."""
+import pathlib
+import re
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_has_python_examples():
+    assert python_blocks(), "the README shows a Python example"
+
+
+def test_readme_python_examples_run():
+    for block in python_blocks():
+        exec(compile(block, str(README), "exec"), {})
