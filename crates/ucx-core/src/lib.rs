@@ -60,7 +60,7 @@ pub use listener::{ConnRequest, Listener};
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
-pub use worker::{Armed, Worker};
+pub use worker::{Armed, ThreadMode, Worker};
 
 /// The README's Rust example, compiled and run as a doctest so it stays true.
 #[cfg(doctest)]

@@ -15,9 +15,10 @@ use crate::{sys, text};
 /// A UCP worker. Cheap to clone; endpoints, listeners and requests keep theirs alive, and it
 /// keeps its [`Context`] alive.
 ///
-/// Created with `UCS_THREAD_MODE_MULTI`, so every method may be called from any thread, and
-/// `Worker` is `Send + Sync`; completion callbacks and handlers run on whichever thread calls
-/// [`Worker::progress`].
+/// Created with `UCS_THREAD_MODE_MULTI` by [`Worker::new`], so every method may be called from
+/// any thread, and `Worker` is `Send + Sync` (weaker modes: the unsafe
+/// [`Worker::with_thread_mode`]); completion callbacks and handlers run on whichever thread
+/// calls [`Worker::progress`].
 #[derive(Clone)]
 pub struct Worker {
     inner: Arc<WorkerInner>,
@@ -32,7 +33,8 @@ pub(crate) struct WorkerInner {
 }
 
 // SAFETY: the worker is created with UCS_THREAD_MODE_MULTI, which makes UCP serialise access
-// internally; the handler table is behind a Mutex.
+// internally, or by the unsafe with_thread_mode, whose caller promises one thread at a time;
+// the handler table is behind a Mutex.
 unsafe impl Send for WorkerInner {}
 // SAFETY: as above.
 unsafe impl Sync for WorkerInner {}
@@ -43,6 +45,27 @@ impl Drop for WorkerInner {
         // handler cells are freed after UCX can no longer call them.
         unsafe { sys::ucp_worker_destroy(self.handle) };
         live::destroyed(Kind::Worker);
+    }
+}
+
+/// How a worker may be used from threads (`ucs_thread_mode_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMode {
+    /// One thread only (`UCS_THREAD_MODE_SINGLE`).
+    Single,
+    /// Any thread, one at a time (`UCS_THREAD_MODE_SERIALIZED`).
+    Serialized,
+    /// Any thread, concurrently (`UCS_THREAD_MODE_MULTI`); UCX locks internally.
+    Multi,
+}
+
+impl ThreadMode {
+    fn raw(self) -> sys::ucs_thread_mode_t {
+        match self {
+            ThreadMode::Single => sys::UCS_THREAD_MODE_SINGLE,
+            ThreadMode::Serialized => sys::UCS_THREAD_MODE_SERIALIZED,
+            ThreadMode::Multi => sys::UCS_THREAD_MODE_MULTI,
+        }
     }
 }
 
@@ -58,16 +81,43 @@ pub enum Armed {
 impl Worker {
     /// Creates a worker on `context` (thread mode MULTI).
     pub fn new(context: &Context) -> Result<Worker> {
+        // SAFETY: MULTI lets any thread use the worker concurrently.
+        unsafe { Self::with_thread_mode(context, ThreadMode::Multi) }
+    }
+
+    /// Creates a worker with a weaker thread mode, which saves UCX's internal locking.
+    ///
+    /// # Safety
+    /// With [`ThreadMode::Single`] or [`ThreadMode::Serialized`], the caller guarantees that the
+    /// worker and everything created from it (endpoints, listeners, requests, messages) are
+    /// used by one thread at a time (for `Single`: always the same thread), although the types
+    /// are `Send + Sync`. A reactor that owns the worker on its own thread can promise that.
+    pub unsafe fn with_thread_mode(context: &Context, mode: ThreadMode) -> Result<Worker> {
         // SAFETY: plain C parameter struct; zero means "field not set".
         let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64;
-        params.thread_mode = sys::UCS_THREAD_MODE_MULTI;
+        params.thread_mode = mode.raw();
         let mut handle = std::ptr::null_mut();
         // SAFETY: context is live (we keep a clone); UCX writes the worker handle.
         check("ucp_worker_create", unsafe { sys::ucp_worker_create(context.handle(), &params, &mut handle) })?;
         live::created(Kind::Worker);
         Ok(Worker {
             inner: Arc::new(WorkerInner { handle, context: context.clone(), am_handlers: Mutex::new(Vec::new()) }),
+        })
+    }
+
+    /// The thread mode UCX actually gave the worker (`ucp_worker_query`); UCX may grant a
+    /// stronger one than asked for.
+    pub fn thread_mode(&self) -> Result<ThreadMode> {
+        // SAFETY: plain C struct; zero is a valid initial value.
+        let mut attr: sys::ucp_worker_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::UCP_WORKER_ATTR_FIELD_THREAD_MODE as u64;
+        // SAFETY: the worker is live; UCX fills the requested field.
+        check("ucp_worker_query", unsafe { sys::ucp_worker_query(self.inner.handle, &mut attr) })?;
+        Ok(match attr.thread_mode {
+            sys::UCS_THREAD_MODE_SINGLE => ThreadMode::Single,
+            sys::UCS_THREAD_MODE_SERIALIZED => ThreadMode::Serialized,
+            _ => ThreadMode::Multi,
         })
     }
 

@@ -439,3 +439,13 @@ fn readable(fd: i32, timeout_ms: i32) -> bool {
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut pfd, 1, timeout_ms) > 0 }
 }
+
+#[test]
+fn thread_modes_are_granted_and_reported() {
+    let ctx = context();
+    assert_eq!(Worker::new(&ctx).unwrap().thread_mode().unwrap(), ThreadMode::Multi);
+    // SAFETY: this worker is used by this thread only.
+    let single = unsafe { Worker::with_thread_mode(&ctx, ThreadMode::Single) }.unwrap();
+    assert_eq!(single.thread_mode().unwrap(), ThreadMode::Single);
+    single.progress();
+}
