@@ -1,5 +1,29 @@
-//! tokio integration for UCX (placeholder: the reactor and endpoint futures are the subject of
-//! the ucx-async issue). Re-exports [`ucx_core`] so users need one dependency.
+//! tokio integration for UCX: a reactor that sleeps on the worker's wakeup fd, and endpoint
+//! futures that stay sound when dropped and speak UCX-Py's (or UCXX's) handshake.
+//!
+//! # Map of the crate
+//! - [`Worker`] (`worker`): a ucx-core worker plus its reactor task; [`ProgressMode`]
+//!   (`reactor`): event (sleep on the fd), polling, adaptive.
+//! - [`Listener`] (`listener`) and [`Endpoint`] (`endpoint`): connect and accept with the
+//!   handshake (`handshake`, [`Tags`]), tag and stream messaging, flush, close, abort; failure
+//!   and close reach every pending receive.
+//! - `op`: the future that awaits one ucx-core operation.
+//!
+//! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
+mod endpoint;
+mod handshake;
+mod listener;
+mod op;
+mod reactor;
+mod worker;
+
+pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
+pub use handshake::Tags;
+pub use listener::Listener;
+pub use reactor::ProgressMode;
 pub use ucx_core as core;
+pub use ucx_core::wire::Flavour;
+pub use worker::Worker;

@@ -215,7 +215,7 @@ impl Worker {
         let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
         // SAFETY: the address came from ucp_worker_get_address on this worker; released once.
         unsafe { sys::ucp_worker_release_address(self.inner.handle, addr) };
-        Ok(WorkerAddress::from_bytes(bytes))
+        Ok(WorkerAddress::from_ucx(bytes))
     }
 
     /// Orders operations: those issued before the fence complete remotely before those after

@@ -206,14 +206,14 @@ fn worker_address_endpoints_round_trip_through_bytes() {
     let addr = b.address().unwrap();
     let bytes = addr.as_bytes().to_vec();
     assert!(bytes.len() > 16);
-    let ep = Endpoint::connect_to_worker(&a, &WorkerAddress::from_bytes(bytes), EndpointParams::default()).unwrap();
+    // SAFETY: the bytes are b's address, copied unmodified.
+    let addr = unsafe { WorkerAddress::from_bytes(bytes) };
+    let ep = Endpoint::connect_to_worker(&a, &addr, EndpointParams::default()).unwrap();
     let mut buf = [0u8; 5];
     let r = b.tag_recv(&mut buf, 0xdead_beef, FULL_MASK).unwrap();
     wait_on(&[&a, &b], ep.tag_send(b"hello", 0xdead_beef).unwrap());
     wait_on(&[&a, &b], r);
     assert_eq!(&buf, b"hello");
-    let garbage = WorkerAddress::from_bytes(vec![0u8; 3]);
-    assert!(Endpoint::connect_to_worker(&a, &garbage, EndpointParams::default()).is_err());
 }
 
 #[test]

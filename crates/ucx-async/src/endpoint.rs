@@ -1,0 +1,402 @@
+//! The async [`Endpoint`]: a connection with the UCX-Py handshake behind it, data on its
+//! per-endpoint tags, and failure and close propagated to every pending receive.
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use ucx_core::wire::{CtrlMsg, Flavour};
+use ucx_core::{CloseMode, EndpointParams, Error, RecvBuffer, Result, SendBuffer, Status, WorkerAddress, FULL_MASK};
+
+use crate::handshake::{self, Tags};
+use crate::op::Completes;
+use crate::worker::Worker;
+
+/// The handshake timeout when none is given (UCX-Py's `UCXPY_CONNECT_TIMEOUT` default).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for [`Endpoint::connect_with`] and listeners.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectOptions {
+    /// How long each handshake step may take.
+    pub timeout: Duration,
+    /// Peer-failure handling (UCX's `UCP_ERR_HANDLING_MODE_PEER`); on by default.
+    pub error_handling: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions { timeout: DEFAULT_CONNECT_TIMEOUT, error_handling: true }
+    }
+}
+
+/// A connected endpoint. Cheap to clone; the last clone closes the connection.
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<EndpointInner>,
+}
+
+struct EndpointInner {
+    core: ucx_core::Endpoint,
+    worker: Worker,
+    tags: Option<Tags>,
+    flavour: Option<Flavour>,
+    state: Arc<EpState>,
+    ctrl_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for EndpointInner {
+    fn drop(&mut self) {
+        if let Some(t) = self.ctrl_task.get_mut().ok().and_then(Option::take) {
+            t.abort();
+        }
+    }
+}
+
+/// Why an endpoint stopped: still up, closed (by us or by the peer's control message), or
+/// failed with a UCX status.
+const UP: i8 = 0;
+const CLOSED: i8 = 1;
+
+/// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
+/// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
+#[derive(Default)]
+struct EpState {
+    /// UP, CLOSED, or a negative UCX status.
+    down: AtomicI8,
+    sends: AtomicU64,
+    finished_recvs: AtomicU64,
+    /// Close once this many receives have finished (the peer's `close_after_n_recv`).
+    close_after: AtomicU64,
+    waiters: Mutex<Waiters>,
+}
+
+#[derive(Default)]
+struct Waiters {
+    next: u64,
+    wakers: HashMap<u64, Waker>,
+}
+
+impl EpState {
+    fn new() -> Self {
+        EpState { close_after: AtomicU64::new(u64::MAX), ..Default::default() }
+    }
+
+    /// Records why the endpoint went down (the first reason wins) and wakes every waiter.
+    fn go_down(&self, why: i8) {
+        let _ = self.down.compare_exchange(UP, why, Ordering::AcqRel, Ordering::Acquire);
+        let wakers: Vec<Waker> = {
+            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            w.wakers.drain().map(|(_, w)| w).collect()
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// `Ok` while up; the named error once down.
+    fn check(&self, op: &'static str) -> Result<()> {
+        match self.down.load(Ordering::Acquire) {
+            UP => Ok(()),
+            CLOSED => Err(Error::with_detail(op, Status::Canceled, "the endpoint was closed")),
+            raw => Err(Error::with_detail(op, status_of(raw), "the peer failed")),
+        }
+    }
+
+    fn recv_finished(&self) {
+        let n = self.finished_recvs.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= self.close_after.load(Ordering::Acquire) {
+            self.go_down(CLOSED);
+        }
+    }
+
+    fn register(&self, slot: &mut Option<u64>, waker: &Waker) {
+        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let id = *slot.get_or_insert_with(|| {
+            w.next += 1;
+            w.next
+        });
+        w.wakers.insert(id, waker.clone());
+    }
+
+    fn unregister(&self, slot: Option<u64>) {
+        if let Some(id) = slot {
+            self.waiters.lock().unwrap_or_else(|p| p.into_inner()).wakers.remove(&id);
+        }
+    }
+}
+
+fn status_of(raw: i8) -> Status {
+    // A failed endpoint stores the UCX status; map it back through ucx-core's error type.
+    let e = ucx_core::Error::new("endpoint", Status::Other(raw));
+    match raw {
+        -25 => Status::ConnectionReset,
+        -80 => Status::EndpointTimeout,
+        -6 => Status::Unreachable,
+        _ => e.status(),
+    }
+}
+
+fn params(state: &Arc<EpState>, worker: &Worker, error_handling: bool) -> EndpointParams {
+    let s = state.clone();
+    let signals = worker.inner.signals.clone();
+    EndpointParams::default().error_handling(error_handling).on_error(move |status| {
+        s.go_down(status.raw());
+        signals.wake();
+        #[cfg(feature = "tracing")]
+        tracing::warn!(?status, "ucx-async: endpoint failed");
+    })
+}
+
+impl Endpoint {
+    /// Connects to a listener at `addr` and performs the handshake, detecting whether the
+    /// listener speaks UCX-Py's or UCXX's (ucx-async and UCX-Py listeners speak UCX-Py's).
+    pub async fn connect(worker: &Worker, addr: SocketAddr) -> Result<Endpoint> {
+        Self::connect_with(worker, addr, ConnectOptions::default()).await
+    }
+
+    /// [`Endpoint::connect`] with options.
+    pub async fn connect_with(worker: &Worker, addr: SocketAddr, options: ConnectOptions) -> Result<Endpoint> {
+        #[cfg(feature = "tracing")]
+        let _span = tracing::info_span!("ucx_connect", %addr).entered();
+        let state = Arc::new(EpState::new());
+        let core = ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
+        let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout).await?;
+        Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+    }
+
+    /// Connects to a worker by its address, without a handshake: data travels on the given
+    /// tags (or on explicit tags with [`Endpoint::send_tag`] / [`Endpoint::recv_tag`]).
+    pub fn connect_to_worker(worker: &Worker, address: &WorkerAddress, tags: Option<Tags>) -> Result<Endpoint> {
+        let state = Arc::new(EpState::new());
+        let core = ucx_core::Endpoint::connect_to_worker(worker.core(), address, params(&state, worker, true))?;
+        Ok(Self::established(worker, core, state, tags, None))
+    }
+
+    pub(crate) async fn accept(
+        worker: &Worker,
+        request: ucx_core::ConnRequest,
+        flavour: Flavour,
+        options: ConnectOptions,
+    ) -> Result<Endpoint> {
+        let state = Arc::new(EpState::new());
+        let core = ucx_core::Endpoint::accept(worker.core(), request, params(&state, worker, options.error_handling))?;
+        let tags = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
+        Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+    }
+
+    fn established(
+        worker: &Worker,
+        core: ucx_core::Endpoint,
+        state: Arc<EpState>,
+        tags: Option<Tags>,
+        flavour: Option<Flavour>,
+    ) -> Endpoint {
+        let ctrl_task = tags.and_then(|t| t.ctrl_recv).map(|tag| {
+            let (w, s) = (worker.clone(), state.clone());
+            tokio::spawn(async move { watch_ctrl(w, s, tag).await })
+        });
+        Endpoint {
+            inner: Arc::new(EndpointInner {
+                core,
+                worker: worker.clone(),
+                tags,
+                flavour,
+                state,
+                ctrl_task: Mutex::new(ctrl_task),
+            }),
+        }
+    }
+
+    /// The endpoint's tags (`None` for a worker-address endpoint made without tags).
+    pub fn tags(&self) -> Option<Tags> {
+        self.inner.tags
+    }
+
+    /// Which handshake the connection used (`None` for worker-address endpoints).
+    pub fn flavour(&self) -> Option<Flavour> {
+        self.inner.flavour
+    }
+
+    /// The ucx-core endpoint (for operations this crate does not wrap).
+    pub fn core(&self) -> &ucx_core::Endpoint {
+        &self.inner.core
+    }
+
+    /// The worker it belongs to.
+    pub fn worker(&self) -> &Worker {
+        &self.inner.worker
+    }
+
+    /// `Ok` while usable; otherwise why not (closed, or the peer's failure status).
+    pub fn status(&self) -> Result<()> {
+        self.inner.state.check("Endpoint::status")
+    }
+
+    fn msg_tags(&self, op: &'static str) -> Result<Tags> {
+        self.inner.tags.ok_or_else(|| {
+            Error::with_detail(op, Status::InvalidParam, "endpoint has no tags (worker address): use send_tag/recv_tag")
+        })
+    }
+
+    /// Sends `buf` as one message on the endpoint's tag.
+    pub async fn send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
+        let tag = self.msg_tags("Endpoint::send")?.msg_send;
+        self.send_tag(buf, tag).await
+    }
+
+    /// Receives one message from the peer into `buf`; returns its length. A message longer
+    /// than `buf` fails with `MessageTruncated`.
+    pub async fn recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<usize> {
+        let tag = self.msg_tags("Endpoint::recv")?.msg_recv;
+        self.recv_tag(buf, tag, FULL_MASK).await
+    }
+
+    /// Sends `buf` with an explicit tag.
+    pub async fn send_tag<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
+        self.inner.state.check("Endpoint::send")?;
+        self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        let s = self.inner.core.tag_send(buf, tag)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
+    /// the cause when this endpoint is closed or its peer fails first. (UCX matches receives
+    /// per worker: the tag, not the endpoint, decides which message arrives here.)
+    pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
+        let state = &self.inner.state;
+        if let Err(e) = state.check("Endpoint::recv") {
+            // A message that already arrived can still be received, as in UCX-Py.
+            if self.inner.worker.core().tag_probe(tag, mask).is_none() {
+                return Err(e);
+            }
+        }
+        let s = self.inner.worker.core().tag_recv(buf, tag, mask)?;
+        let fut = Completes::new(s, &self.inner.worker.inner.signals);
+        let c = Watched { fut, state, slot: None, canceled: false }.await?;
+        state.recv_finished();
+        Ok(c.length)
+    }
+
+    /// Sends `buf` on the endpoint's stream.
+    pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
+        self.inner.state.check("Endpoint::stream_send")?;
+        let s = self.inner.core.stream_send(buf)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream.
+    pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        self.inner.state.check("Endpoint::stream_recv")?;
+        let s = self.inner.core.stream_recv(buf)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Completes every operation issued so far, remotely.
+    pub async fn flush(&self) -> Result<()> {
+        let s = self.inner.core.flush()?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Closes gracefully: tells a UCX-Py-speaking peer (control message with our send count,
+    /// so it finishes receiving what we sent), fails our pending receives with `Canceled`,
+    /// then closes the UCX endpoint with a flush (forcibly if the peer already failed).
+    pub async fn close(&self) -> Result<()> {
+        #[cfg(feature = "tracing")]
+        tracing::debug!("ucx-async: closing endpoint");
+        if self.inner.state.check("close").is_ok() {
+            if let Some(ctrl) = self.inner.tags.and_then(|t| t.ctrl_send) {
+                let msg = CtrlMsg::shutdown(self.inner.state.sends.load(Ordering::Acquire)).encode();
+                // A peer that is already gone cannot be told; closing goes on regardless.
+                if let Ok(s) = self.inner.core.tag_send(&msg, ctrl) {
+                    let _ = Completes::new(s, &self.inner.worker.inner.signals).await;
+                };
+            }
+        }
+        let mode = if self.inner.state.check("close").is_ok() { CloseMode::Flush } else { CloseMode::Force };
+        self.inner.state.go_down(CLOSED);
+        let s = self.inner.core.close(mode)?;
+        let r = Completes::new(s, &self.inner.worker.inner.signals).await;
+        // A flush towards a peer that vanished meanwhile fails; the endpoint is released anyway.
+        r.map(|_| ()).or_else(|e| if mode == CloseMode::Flush { Ok(()) } else { Err(e) })
+    }
+
+    /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX
+    /// cancels pending sends.
+    pub fn abort(&self) {
+        self.inner.state.go_down(CLOSED);
+        if let Ok(s) = self.inner.core.close(CloseMode::Force) {
+            // Force close finishes within progress; the request borrows the core endpoint, so
+            // wait here (briefly) rather than hand it to the reactor.
+            let _ = s.wait();
+        }
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("tags", &self.inner.tags).field("flavour", &self.inner.flavour).finish()
+    }
+}
+
+/// A receive that also watches its endpoint: when the endpoint goes down, it cancels the
+/// UCX receive and reports why.
+struct Watched<'a, 's> {
+    fut: Completes<'a, 's>,
+    state: &'s EpState,
+    slot: Option<u64>,
+    canceled: bool,
+}
+
+impl Future for Watched<'_, '_> {
+    type Output = Result<ucx_core::Completion>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.canceled {
+            this.state.register(&mut this.slot, cx.waker());
+            if this.state.down.load(Ordering::Acquire) != UP {
+                this.canceled = true;
+                this.fut.cancel();
+            }
+        }
+        match Pin::new(&mut this.fut).poll(cx) {
+            Poll::Ready(Ok(c)) => Poll::Ready(Ok(c)),
+            Poll::Ready(Err(e)) if e.is_canceled() => Poll::Ready(this.state.check("Endpoint::recv").and(Err(e))),
+            other => other,
+        }
+    }
+}
+
+impl Drop for Watched<'_, '_> {
+    fn drop(&mut self) {
+        self.state.unregister(self.slot.take());
+    }
+}
+
+/// Waits for the peer's control message (UCX-Py's close protocol) and applies it.
+async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
+    let mut buf = [0u8; CtrlMsg::LEN];
+    let Ok(s) = worker.core().tag_recv(&mut buf, tag, FULL_MASK) else { return };
+    let fut = Completes::new(s, &worker.inner.signals);
+    if (Watched { fut, state: &state, slot: None, canceled: false }).await.is_err() {
+        return;
+    }
+    match CtrlMsg::decode(&buf) {
+        Ok(m) if m.is_shutdown() => {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(n = m.close_after_n_recv, "ucx-async: peer is closing");
+            state.close_after.store(m.close_after_n_recv, Ordering::Release);
+            if state.finished_recvs.load(Ordering::Acquire) >= m.close_after_n_recv {
+                state.go_down(CLOSED);
+            }
+        }
+        Ok(m) => eprintln!("ucx-async: received unknown control opcode: {}", m.opcode),
+        Err(e) => eprintln!("ucx-async: bad control message: {e}"),
+    }
+}

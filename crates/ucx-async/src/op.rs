@@ -1,0 +1,59 @@
+//! Awaiting a submitted UCX operation: the future that resolves when ucx-core's request
+//! completes, nudging a sleeping reactor once so the operation gets progress.
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+
+use ucx_core::{Completion, Result, Submitted};
+
+use crate::reactor::Signals;
+
+/// Resolves when `submitted` completes. Dropping it before then cancels the operation and
+/// waits until UCX has released its buffer (see `ucx_core::Request`).
+pub(crate) struct Completes<'a, 's> {
+    submitted: Option<Submitted<'a>>,
+    signals: &'s Signals,
+    nudged: bool,
+}
+
+impl<'a, 's> Completes<'a, 's> {
+    pub(crate) fn new(submitted: Submitted<'a>, signals: &'s Signals) -> Self {
+        Completes { submitted: Some(submitted), signals, nudged: false }
+    }
+
+    /// Cancels the operation (it then completes with `Canceled`, or successfully if it won).
+    pub(crate) fn cancel(&self) {
+        if let Some(Submitted::InFlight(r)) = &self.submitted {
+            r.cancel();
+        }
+    }
+}
+
+impl Future for Completes<'_, '_> {
+    type Output = Result<Completion>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match &this.submitted {
+            Some(Submitted::Done(c)) => {
+                let c = *c;
+                this.submitted = None;
+                Poll::Ready(Ok(c))
+            }
+            Some(Submitted::InFlight(r)) => match r.poll_complete(cx) {
+                Poll::Ready(res) => {
+                    this.submitted = None;
+                    Poll::Ready(res)
+                }
+                Poll::Pending => {
+                    if !this.nudged {
+                        this.nudged = true;
+                        this.signals.submitted();
+                    }
+                    Poll::Pending
+                }
+            },
+            None => panic!("Completes polled after it finished"),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The reactor: a tokio task that drives `ucp_worker_progress` and sleeps on the worker's
+//! wakeup fd, so completions (and the tasks waiting for them) run without a thread spinning.
+//!
+//! Event mode: progress until idle, arm (`UCS_ERR_BUSY` means more to do: progress again),
+//! then await the fd through `AsyncFd` or a local nudge. tokio registers the fd edge-triggered,
+//! so the reactor always drains progress fully after a wake-up before arming again; a wake-up
+//! with nothing to do (UCX's keepalive timer fires the fd) just loops. Polling mode never
+//! sleeps. Adaptive mode spins for a budget after the last event, then sleeps as in event mode.
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
+use ucx_core::Armed;
+
+/// How the reactor waits for UCX.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Sleep on the wakeup fd whenever UCX is idle (no CPU while idle).
+    #[default]
+    Event,
+    /// Progress continuously, yielding to other tasks between rounds (lowest latency, one busy
+    /// core).
+    Polling,
+    /// Progress continuously for `spin` after the last event, then sleep as in [`Event`].
+    ///
+    /// [`Event`]: ProgressMode::Event
+    Adaptive {
+        /// How long to keep spinning after UCX last did something.
+        spin: Duration,
+    },
+}
+
+/// The longest the reactor sleeps without progressing UCX in event and adaptive modes.
+pub(crate) const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// What submitters share with the reactor: whether it sleeps, and how to wake it.
+#[derive(Default)]
+pub(crate) struct Signals {
+    sleeping: AtomicBool,
+    nudge: Notify,
+}
+
+impl Signals {
+    /// Called after an operation was submitted and is in flight: a sleeping reactor must run
+    /// progress at least once more, since UCX may need it to push the operation along.
+    pub(crate) fn submitted(&self) {
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.nudge.notify_one();
+        }
+    }
+
+    /// Wakes the reactor unconditionally (e.g. to notice an endpoint error or a close).
+    pub(crate) fn wake(&self) {
+        self.nudge.notify_one();
+    }
+}
+
+/// The worker's wakeup fd, owned by UCX; we only register it with tokio. Holding the worker
+/// keeps the fd open for as long as tokio watches it.
+struct WakeupFd(#[allow(dead_code)] ucx_core::Worker, RawFd);
+
+impl AsRawFd for WakeupFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.1
+    }
+}
+
+/// Runs until the task is aborted (when the last handle to the worker goes).
+pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: ProgressMode) -> io::Result<()> {
+    if mode == ProgressMode::Polling {
+        loop {
+            worker.progress_all();
+            tokio::task::yield_now().await;
+        }
+    }
+    let raw = worker.wakeup_fd().map_err(io::Error::other)?;
+    // SAFETY: the fd belongs to the worker, which WakeupFd holds, so it stays open and the same
+    // file for the AsyncFd's whole life; as_raw_fd always returns it.
+    let fd = unsafe { AsyncFd::register_with_interest(WakeupFd(worker.clone(), raw), tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)?;
+    let spin = match mode {
+        ProgressMode::Adaptive { spin } => spin,
+        _ => Duration::ZERO,
+    };
+    loop {
+        // Spin phase (adaptive only): keep progressing while UCX is busy or recently was.
+        let mut last_event = Instant::now();
+        loop {
+            if worker.progress_all() > 0 {
+                last_event = Instant::now();
+            }
+            if last_event.elapsed() >= spin {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // Sleep phase.
+        signals.sleeping.store(true, Ordering::SeqCst);
+        let armed = match worker.arm() {
+            Ok(a) => a,
+            Err(e) => {
+                signals.sleeping.store(false, Ordering::SeqCst);
+                return Err(io::Error::other(e));
+            }
+        };
+        if armed == Armed::Busy {
+            signals.sleeping.store(false, Ordering::SeqCst);
+            continue;
+        }
+        tokio::select! {
+            guard = fd.readable() => {
+                let mut guard = guard?;
+                guard.clear_ready();
+            }
+            _ = signals.nudge.notified() => {}
+            // UCX detects some peer failures (a closed TCP connection, keepalive) only inside
+            // progress, without making the fd readable; a slow tick bounds that delay.
+            _ = tokio::time::sleep(IDLE_TICK) => {}
+        }
+        signals.sleeping.store(false, Ordering::SeqCst);
+    }
+}

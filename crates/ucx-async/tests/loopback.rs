@@ -1,0 +1,223 @@
+//! ucx-async over real UCX on 127.0.0.1: the reactor in every progress mode, both runtime
+//! flavours, the handshakes, failure and close propagation, cancellation by drop.
+use std::time::{Duration, Instant};
+
+use ucx_async::core::{Context, Status};
+use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, ProgressMode, Worker};
+
+fn context() -> Context {
+    Context::builder().option("NET_DEVICES", "lo").build().expect("context")
+}
+
+const ANY: &str = "127.0.0.1:0";
+
+/// A listener and a client connected to it, on one worker each.
+async fn pair(mode: ProgressMode) -> (Endpoint, Endpoint, Listener) {
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, mode).unwrap(), Worker::new(&ctx, mode).unwrap());
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let addr = listener.local_addr();
+    let (server, client) = tokio::join!(listener.accept(), Endpoint::connect(&wc, addr));
+    (server.unwrap(), client.unwrap(), listener)
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+async fn echo_sizes(mode: ProgressMode) {
+    let (server, client, _l) = pair(mode).await;
+    assert_eq!(client.flavour(), Some(Flavour::UcxPy));
+    let t = client.tags().unwrap();
+    let st = server.tags().unwrap();
+    assert_eq!((t.msg_send, t.msg_recv), (st.msg_recv, st.msg_send), "tag maps mirror each other");
+    for n in [0usize, 1, 8, 8192, 100_000, 4 << 20] {
+        let data = pattern(n);
+        let srv = server.clone();
+        let echo = tokio::spawn(async move {
+            let mut buf = vec![0u8; n];
+            let got = srv.recv(&mut buf[..]).await.unwrap();
+            srv.send(&buf[..got]).await.unwrap();
+        });
+        client.send(&data[..]).await.unwrap();
+        let mut back = vec![0u8; n];
+        assert_eq!(client.recv(&mut back[..]).await.unwrap(), n);
+        assert_eq!(back, data, "{n} bytes in {mode:?}");
+        echo.await.unwrap();
+    }
+    client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn echo_event_mode_current_thread() {
+    echo_sizes(ProgressMode::Event).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_event_mode_multi_thread() {
+    echo_sizes(ProgressMode::Event).await;
+}
+
+#[tokio::test]
+async fn echo_polling_mode() {
+    echo_sizes(ProgressMode::Polling).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_adaptive_mode() {
+    echo_sizes(ProgressMode::Adaptive { spin: Duration::from_micros(50) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_from_another_thread_wake_a_sleeping_reactor() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    // Let the server's reactor go to sleep, then submit from a plain OS thread's runtime.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let c = client.clone();
+    let t = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move { c.send(b"from elsewhere").await.unwrap() });
+    });
+    let mut buf = [0u8; 14];
+    let n = tokio::time::timeout(Duration::from_secs(5), server.recv(&mut buf)).await.expect("woken").unwrap();
+    assert_eq!(&buf[..n], b"from elsewhere");
+    t.join().unwrap();
+}
+
+#[tokio::test]
+async fn ucxx_listener_is_detected_by_the_client() {
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let listener = Listener::bind_with(&ws, ANY.parse().unwrap(), Flavour::Ucxx, ConnectOptions::default()).unwrap();
+    let (server, client) = tokio::join!(listener.accept(), Endpoint::connect(&wc, listener.local_addr()));
+    let (server, client) = (server.unwrap(), client.unwrap());
+    assert_eq!(client.flavour(), Some(Flavour::Ucxx));
+    assert_eq!(client.tags().unwrap().ctrl_send, None);
+    server.send(b"ucxx").await.unwrap();
+    let mut b = [0u8; 4];
+    client.recv(&mut b).await.unwrap();
+    assert_eq!(&b, b"ucxx");
+}
+
+#[tokio::test]
+async fn peer_close_fails_pending_receives_promptly() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    let c = client.clone();
+    let pending = tokio::spawn(async move {
+        let mut buf = [0u8; 8];
+        c.recv(&mut buf).await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = Instant::now();
+    server.close().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.status(), Status::Canceled, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(client.status().is_err());
+    // Later receives fail at once with the same cause.
+    let mut buf = [0u8; 8];
+    assert_eq!(client.recv(&mut buf).await.unwrap_err().status(), Status::Canceled);
+}
+
+#[tokio::test]
+async fn messages_sent_before_close_are_still_received() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    server.send(b"one").await.unwrap();
+    server.send(b"two").await.unwrap();
+    server.close().await.unwrap();
+    let mut b = [0u8; 3];
+    client.recv(&mut b).await.unwrap();
+    assert_eq!(&b, b"one");
+    client.recv(&mut b).await.unwrap();
+    assert_eq!(&b, b"two");
+    assert!(client.recv(&mut b).await.is_err(), "the peer closed after two messages");
+}
+
+#[tokio::test]
+async fn peer_failure_fails_pending_receives_and_spares_other_endpoints() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    let (other_server, other_client, _l2) = pair(ProgressMode::Event).await;
+    let c = client.clone();
+    let pending = tokio::spawn(async move {
+        let mut buf = [0u8; 8];
+        c.recv(&mut buf).await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.abort(); // no control message: the client learns through UCX's error handling
+    let e = tokio::time::timeout(Duration::from_secs(10), pending).await.expect("prompt").unwrap().unwrap_err();
+    assert!(matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout | Status::Canceled), "{e}");
+    other_client.send(b"still fine").await.unwrap();
+    let mut b = [0u8; 10];
+    other_server.recv(&mut b).await.unwrap();
+    assert_eq!(&b, b"still fine");
+}
+
+#[tokio::test]
+async fn handshake_timeout_is_an_error_not_a_hang() {
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    // Nobody calls accept(): the server never sends its peer info.
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let opts = ConnectOptions { timeout: Duration::from_millis(200), ..Default::default() };
+    let t0 = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), Endpoint::connect_with(&wc, listener.local_addr(), opts))
+        .await
+        .expect("connect returned");
+    let e = r.unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+#[tokio::test]
+async fn dropped_pending_receives_never_touch_freed_memory() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    for _ in 0..2000 {
+        let mut buf = vec![0u8; 64];
+        // The receive is pending (nothing sent); the timeout drops it mid-flight.
+        let r = tokio::time::timeout(Duration::from_micros(10), client.recv(&mut buf[..])).await;
+        assert!(r.is_err());
+        drop(buf);
+    }
+    // The dropped receives are gone: the next message reaches the next receive.
+    server.send(&[9u8; 64][..]).await.unwrap();
+    let mut buf = vec![0u8; 64];
+    client.recv(&mut buf[..]).await.unwrap();
+    assert_eq!(buf, vec![9u8; 64]);
+}
+
+#[tokio::test]
+async fn message_larger_than_buffer_is_an_error() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    server.send(&[1u8; 100][..]).await.unwrap();
+    let mut small = [0u8; 10];
+    let e = client.recv(&mut small).await.unwrap_err();
+    assert_eq!(e.status(), Status::MessageTruncated, "{e}");
+}
+
+#[tokio::test]
+async fn stream_and_explicit_tags() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    client.stream_send(&pattern(50_000)[..]).await.unwrap();
+    let mut buf = vec![0u8; 50_000];
+    server.stream_recv(&mut buf[..]).await.unwrap();
+    assert_eq!(buf, pattern(50_000));
+    client.send_tag(b"tagged", 0x1234_5678).await.unwrap();
+    let mut b = [0u8; 6];
+    assert_eq!(server.recv_tag(&mut b, 0x1234_0000, 0xffff_0000).await.unwrap(), 6);
+    assert_eq!(&b, b"tagged");
+}
+
+#[tokio::test]
+async fn worker_address_endpoints_with_explicit_tags() {
+    let ctx = context();
+    let (a, b) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let ep = Endpoint::connect_to_worker(&a, &b.core().address().unwrap(), None).unwrap();
+    let e = ep.send(b"x").await.unwrap_err();
+    assert!(e.to_string().contains("send_tag"), "{e}");
+    let back = Endpoint::connect_to_worker(&b, &a.core().address().unwrap(), None).unwrap();
+    ep.send_tag(b"hello", 77).await.unwrap();
+    let mut buf = [0u8; 5];
+    back.recv_tag(&mut buf, 77, u64::MAX).await.unwrap();
+    assert_eq!(&buf, b"hello");
+}
