@@ -73,6 +73,7 @@ impl Endpoint {
                 &params,
             );
             Submitted::from_status_ptr("ucp_am_send_nbx", ret, self.worker(), Completion::default())
+                .map(|s| s.on_endpoint(self))
         }
     }
 }

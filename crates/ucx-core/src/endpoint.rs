@@ -237,6 +237,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_ep_flush_nbx(h, &params);
             Submitted::from_status_ptr("ucp_ep_flush_nbx", ret, &self.inner.worker, Completion::default())
+                .map(|s| s.on_endpoint(self))
         }
     }
 
@@ -253,6 +254,17 @@ impl Endpoint {
         // SAFETY: h was live and is now ours alone; the error state outlives the close request
         // because the request borrows self.
         unsafe { close_raw(h, mode, &self.inner.worker) }
+    }
+}
+
+impl Endpoint {
+    /// Force-closes the endpoint and progresses until UCX has released it (used when a dropped
+    /// operation cannot be canceled otherwise). Later operations fail as on a closed endpoint.
+    pub(crate) fn force_close_now(&self) {
+        if let Ok(s) = self.close(CloseMode::Force) {
+            // A failed close still releases the endpoint; nothing more can be done here.
+            let _ = s.wait();
+        }
     }
 }
 

@@ -18,9 +18,11 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI8, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
 
 use atomic_waker::AtomicWaker;
 
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result, Status};
 use crate::live::{self, Kind};
 use crate::sys;
@@ -156,14 +158,23 @@ pub(crate) unsafe extern "C" fn length_cb(
 /// operation's buffer for `'a` so the buffer cannot go away while UCX may touch it.
 ///
 /// Dropping it unfinished cancels the operation and progresses the worker until UCX has let go
-/// of the buffer (for a send that UCX cannot cancel, until the send completes or its endpoint
-/// fails). Owners of `'static` buffers use [`Request::detach`] instead, which never blocks.
+/// of the buffer. UCX cannot cancel every operation (a rendezvous send whose receiver never
+/// comes, a stream receive): if one is still running [`CANCEL_GRACE`] after the cancel, its
+/// endpoint is force-closed, which ends it. Owners of `'static` buffers use
+/// [`Request::detach`] instead, which never blocks and never closes anything.
 #[must_use = "dropping a Request cancels it"]
 pub struct Request<'a> {
     ptr: NonNull<c_void>,
     worker: Worker,
+    /// For endpoint operations: the endpoint to force-close if UCX cannot cancel the operation
+    /// (sends, stream receives), the only other way to make UCX let go of the buffer.
+    endpoint: Option<Endpoint>,
     _buffer: PhantomData<&'a mut [u8]>,
 }
+
+/// How long a dropped request may take to finish after `ucp_request_cancel` before its
+/// endpoint is force-closed.
+const CANCEL_GRACE: Duration = Duration::from_millis(50);
 
 // SAFETY: the slot is only touched through atomics (and the keepalive cell under the state
 // protocol); the worker is created thread-safe (see Worker), so cancel/progress may run anywhere.
@@ -233,6 +244,8 @@ impl<'a> Request<'a> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used again, so the worker is read out exactly once.
         drop(unsafe { std::ptr::read(&this.worker) });
+        // SAFETY: as above, read out exactly once.
+        drop(unsafe { std::ptr::read(&this.endpoint) });
         if won.is_err() {
             // Completed before we let go: release it (and the keepalive) ourselves.
             // SAFETY: state is DONE, so the callback has run and we own the request.
@@ -245,6 +258,15 @@ impl Drop for Request<'_> {
     fn drop(&mut self) {
         if !self.is_complete() {
             self.cancel();
+            let deadline = Instant::now() + CANCEL_GRACE;
+            while !self.is_complete() && Instant::now() < deadline {
+                self.worker.progress();
+            }
+            if !self.is_complete() {
+                if let Some(ep) = &self.endpoint {
+                    ep.force_close_now();
+                }
+            }
             while !self.is_complete() {
                 self.worker.progress();
             }
@@ -306,8 +328,18 @@ impl<'a> Submitted<'a> {
             // SAFETY: non-null (checked above) pointer to a UCX request.
             ptr: unsafe { NonNull::new_unchecked(ret) },
             worker: worker.clone(),
+            endpoint: None,
             _buffer: PhantomData,
         }))
+    }
+
+    /// Marks an endpoint operation: if dropped unfinished and UCX cannot cancel it, `ep` is
+    /// force-closed to stop it (see [`Request`]).
+    pub(crate) fn on_endpoint(mut self, ep: &Endpoint) -> Self {
+        if let Submitted::InFlight(r) = &mut self {
+            r.endpoint = Some(ep.clone());
+        }
+        self
     }
 }
 

@@ -196,6 +196,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_put_nbx(ep, buf.as_ptr().cast(), buf.byte_len(), remote_addr, rkey.handle, &params);
             Submitted::from_status_ptr("ucp_put_nbx", ret, self.worker(), Completion::default())
+                .map(|s| s.on_endpoint(self))
         }
     }
 
@@ -213,6 +214,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_get_nbx(ep, buf.as_mut_ptr().cast(), len, remote_addr, rkey.handle, &params);
             Submitted::from_status_ptr("ucp_get_nbx", ret, self.worker(), Completion { length: len, sender_tag: 0 })
+                .map(|s| s.on_endpoint(self))
         }
     }
 

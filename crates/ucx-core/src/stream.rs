@@ -14,6 +14,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_stream_send_nbx(ep, buf.as_ptr().cast(), buf.byte_len(), &params);
             Submitted::from_status_ptr("ucp_stream_send_nbx", ret, self.worker(), Completion::default())
+                .map(|s| s.on_endpoint(self))
         }
     }
 
@@ -30,6 +31,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_stream_recv_nbx(ep, buf.as_mut_ptr().cast(), buf.byte_len(), &mut length, &params);
             Submitted::from_status_ptr("ucp_stream_recv_nbx", ret, self.worker(), Completion { length, sender_tag: 0 })
+                .map(|s| s.on_endpoint(self))
         }
     }
 }

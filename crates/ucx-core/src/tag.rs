@@ -20,6 +20,7 @@ impl Endpoint {
         unsafe {
             let ret = sys::ucp_tag_send_nbx(ep, buf.as_ptr().cast(), buf.byte_len(), tag, &params);
             Submitted::from_status_ptr("ucp_tag_send_nbx", ret, self.worker(), Completion::default())
+                .map(|s| s.on_endpoint(self))
         }
     }
 }

@@ -449,3 +449,27 @@ fn thread_modes_are_granted_and_reported() {
     assert_eq!(single.thread_mode().unwrap(), ThreadMode::Single);
     single.progress();
 }
+
+#[test]
+fn dropping_an_uncancelable_send_closes_its_endpoint_instead_of_hanging() {
+    let ctx = context();
+    let p = connected_pair(&ctx);
+    let data = vec![3u8; 1 << 20];
+    let s = p.client_ep.tag_send(&data[..], 555).unwrap();
+    assert!(matches!(s, Submitted::InFlight(_)), "a 1 MiB send waits for its receiver");
+    // Nobody receives tag 555 and UCX cannot cancel a rendezvous send: dropping it must still
+    // return, by force-closing the endpoint, after which the buffer is free to go.
+    let t0 = std::time::Instant::now();
+    drop(s);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{:?}", t0.elapsed());
+    drop(data);
+    assert!(p.client_ep.is_closed());
+    assert_eq!(p.client_ep.tag_send(b"x", 1).unwrap_err().status(), Status::NotConnected);
+    // Other connections of the same workers are unaffected.
+    let q = connected_pair(&ctx);
+    let mut b = [0u8; 2];
+    let r = q.server.tag_recv(&mut b, 556, FULL_MASK).unwrap();
+    wait_on(&[&q.server, &q.client], q.client_ep.tag_send(b"ok", 556).unwrap());
+    wait_on(&[&q.server, &q.client], r);
+    assert_eq!(&b, b"ok");
+}
