@@ -18,6 +18,6 @@ STUB="$ROOT/ci-support/cuda-stub"
 mkdir -p "$STUB/lib64"
 export CUDA_LIBRARY_PATH="${CUDA_LIBRARY_PATH:+$CUDA_LIBRARY_PATH:}$STUB"
 
-cargo check -p ucx-core --features cuda --all-targets --quiet
-cargo clippy -p ucx-core --features cuda --all-targets --quiet -- -D warnings
+cargo check -p ucx-core -p ucx-async --features cuda --all-targets --quiet
+cargo clippy -p ucx-core -p ucx-async --features cuda --all-targets --quiet -- -D warnings
 echo "cuda feature: check and clippy clean (CUDA_LIBRARY_PATH=$CUDA_LIBRARY_PATH)"

@@ -1,0 +1,154 @@
+//! Echo between two processes over 127.0.0.1 with ucx-async: the server receives each message
+//! and sends it back; the client times the round trips and prints latency and bandwidth.
+//!
+//! Run: `cargo run --release -p ucx-async --example echo` (starts its own server process).
+//! Options: `--mode event|polling|adaptive` (default event), `--iters N`, `--server` (only the
+//! server; prints `PORT n`), `--client PORT` (only the client).
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ucx_async::core::{Context, Result};
+use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
+
+const SIZES: &[usize] = &[8, 1024, 65_536, 1 << 20];
+
+fn context() -> Result<Context> {
+    Context::builder()
+        // Loopback only: keep UCX's network transports on `lo`.
+        .option("NET_DEVICES", "lo")
+        // Shared memory needs this to serve endpoints with peer-failure handling.
+        .option("MM_ERROR_HANDLING", "y")
+        .build()
+}
+
+fn iters_for(size: usize, iters: usize) -> usize {
+    if size >= 65_536 {
+        (iters / 10).max(100)
+    } else {
+        iters
+    }
+}
+
+const WARMUP: usize = 100;
+
+async fn server(mode: ProgressMode, iters: usize) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx, mode)?;
+    let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"))?;
+    println!("PORT {}", listener.local_addr().port());
+    let ep = listener.accept().await?;
+    let mut buf = vec![0u8; *SIZES.last().unwrap_or(&8)];
+    for &size in SIZES {
+        for _ in 0..iters_for(size, iters) + WARMUP {
+            let n = ep.recv(&mut buf[..size]).await?;
+            ep.send(&buf[..n]).await?;
+        }
+    }
+    // The client closes first; wait for that (a receive fails once it has).
+    let _ = ep.recv(&mut buf[..1]).await;
+    Ok(())
+}
+
+async fn client(port: u16, mode: ProgressMode, iters: usize) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx, mode)?;
+    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into()).await?;
+    let out = vec![7u8; *SIZES.last().unwrap_or(&8)];
+    let mut back = vec![0u8; out.len()];
+    println!("ucx-async echo over 127.0.0.1, two processes, {mode:?} mode");
+    println!("{:>9} {:>7} {:>14} {:>14} {:>14}", "bytes", "iters", "one-way p50", "one-way p99", "bandwidth");
+    for &size in SIZES {
+        let n = iters_for(size, iters);
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..n + WARMUP {
+            let t0 = Instant::now();
+            ep.send(&out[..size]).await?;
+            let got = ep.recv(&mut back[..size]).await?;
+            let rtt = t0.elapsed();
+            assert_eq!(got, size, "echo length");
+            if i >= WARMUP {
+                rtts.push(rtt);
+            }
+        }
+        assert_eq!(back[..size], out[..size], "echo content");
+        rtts.sort();
+        let p50 = rtts[rtts.len() / 2] / 2;
+        let p99 = rtts[rtts.len() * 99 / 100] / 2;
+        let total: Duration = rtts.iter().sum();
+        let mb_s = (2 * n * size) as f64 / total.as_secs_f64() / 1e6;
+        println!("{size:>9} {n:>7} {:>11.2} µs {:>11.2} µs {mb_s:>9.1} MB/s", us(p50), us(p99));
+    }
+    ep.close().await
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let iters = arg(&args, "--iters").and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let mode = match arg(&args, "--mode").unwrap_or("event") {
+        "event" => ProgressMode::Event,
+        "polling" => ProgressMode::Polling,
+        "adaptive" => ProgressMode::Adaptive { spin: Duration::from_micros(100) },
+        other => {
+            eprintln!("echo: unknown --mode {other:?} (event, polling or adaptive)");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let result = if args.iter().any(|a| a == "--server") {
+        rt.block_on(server(mode, iters))
+    } else if let Some(port) = arg(&args, "--client") {
+        match port.parse() {
+            Ok(p) => rt.block_on(client(p, mode, iters)),
+            Err(_) => {
+                eprintln!("echo: --client needs a port number, got {port:?}");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        run_both(&rt, &args, mode, iters)
+    };
+    if let Err(e) = result {
+        eprintln!("echo: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Starts the server as a child process and runs the client against it.
+fn run_both(rt: &tokio::runtime::Runtime, args: &[String], mode: ProgressMode, iters: usize) -> Result<()> {
+    let exe = std::env::current_exe().expect("own path");
+    let mode_arg = arg(args, "--mode").unwrap_or("event");
+    let mut child = Command::new(exe)
+        .args(["--server", "--mode", mode_arg, "--iters", &iters.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the server process");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let port = BufReader::new(stdout)
+        .lines()
+        .map_while(|l| l.ok())
+        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
+    let Some(port) = port else {
+        let _ = child.kill();
+        eprintln!("echo: the server process did not report a port");
+        std::process::exit(1);
+    };
+    let r = rt.block_on(client(port, mode, iters));
+    if r.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("wait for the server");
+    if r.is_ok() && !status.success() {
+        eprintln!("echo: server process failed: {status}");
+        std::process::exit(1);
+    }
+    r
+}
