@@ -6,10 +6,13 @@
 //! client; `--iters N` sets the iterations per size.
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ucx_core::{ConnRequest, Context, Endpoint, EndpointParams, Listener, Result, Submitted, Worker, FULL_MASK};
+use ucx_core::{
+    ConnRequest, Context, Endpoint, EndpointParams, Listener, Result, Status, Submitted, Worker, FULL_MASK,
+};
 
 const SIZES: &[usize] = &[8, 64, 1024, 8192, 65_536, 1 << 20];
 const PING: u64 = 1;
@@ -25,13 +28,28 @@ fn context() -> Result<Context> {
         .build()
 }
 
-/// Busy-progresses until the operation is done.
+/// Set when the peer's endpoint fails, so neither side spins forever on a dead peer.
+static PEER_FAILED: AtomicBool = AtomicBool::new(false);
+
+fn endpoint_params() -> EndpointParams {
+    EndpointParams::default().on_error(|_| PEER_FAILED.store(true, Ordering::Relaxed))
+}
+
+fn check_peer() -> Result<()> {
+    if PEER_FAILED.load(Ordering::Relaxed) {
+        return Err(ucx_core::Error::with_detail("core_pingpong", Status::ConnectionReset, "the peer went away"));
+    }
+    Ok(())
+}
+
+/// Busy-progresses until the operation is done (or the peer fails).
 fn finish(worker: &Worker, s: Submitted<'_>) -> Result<usize> {
     match s {
         Submitted::Done(c) => Ok(c.length),
         Submitted::InFlight(r) => {
             while !r.is_complete() {
                 worker.progress();
+                check_peer()?;
             }
             r.wait().map(|c| c.length)
         }
@@ -47,13 +65,18 @@ fn server(iters: usize) -> Result<()> {
         *p.lock().unwrap_or_else(|e| e.into_inner()) = Some(r)
     })?;
     println!("PORT {}", listener.local_addr().port());
+    // A client that never comes (its parent was killed) must not leave us spinning.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let req = loop {
         worker.progress();
         if let Some(r) = pending.lock().unwrap_or_else(|e| e.into_inner()).take() {
             break r;
         }
+        if Instant::now() > deadline {
+            return Err(ucx_core::Error::with_detail("core_pingpong", Status::TimedOut, "no client within 30 s"));
+        }
     };
-    let ep = Endpoint::accept(&worker, req, EndpointParams::default())?;
+    let ep = Endpoint::accept(&worker, req, endpoint_params())?;
     let mut buf = vec![0u8; *SIZES.last().unwrap_or(&8)];
     for &size in SIZES {
         for _ in 0..iters_for(size, iters) + WARMUP {
@@ -78,7 +101,7 @@ fn iters_for(size: usize, iters: usize) -> usize {
 fn client(port: u16, iters: usize) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx)?;
-    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into(), EndpointParams::default())?;
+    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into(), endpoint_params())?;
     let mut out = vec![7u8; *SIZES.last().unwrap_or(&8)];
     let mut back = vec![0u8; out.len()];
     println!("ucx-core tag ping-pong over 127.0.0.1, two processes, busy polling");

@@ -37,7 +37,14 @@ async fn server(mode: ProgressMode, iters: usize) -> Result<()> {
     let worker = Worker::new(&ctx, mode)?;
     let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"))?;
     println!("PORT {}", listener.local_addr().port());
-    let ep = listener.accept().await?;
+    // A client that never comes (its parent was killed) must not keep us waiting forever.
+    let ep = match tokio::time::timeout(Duration::from_secs(30), listener.accept()).await {
+        Ok(ep) => ep?,
+        Err(_) => {
+            eprintln!("no client within 30 s");
+            std::process::exit(1);
+        }
+    };
     let mut buf = vec![0u8; *SIZES.last().unwrap_or(&8)];
     for &size in SIZES {
         for _ in 0..iters_for(size, iters) + WARMUP {

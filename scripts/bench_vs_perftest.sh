@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs ucx-async's benchmark CLI (examples/bench.rs) and UCX's own ucx_perftest (from the same
+# libucx wheel) on the same workloads, one after the other on 127.0.0.1, and prints the ratios.
+# Expects scripts/setup.sh to have run. Quiet machine wanted: both sides busy-poll in poll mode.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH"
+UCX_PREFIX="$(python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
+PERFTEST="$UCX_PREFIX/bin/ucx_perftest"
+LAT_N=${LAT_N:-100000}
+BW_N=${BW_N:-2000}
+cargo build --quiet --release -p ucx-async --example bench
+BENCH="$ROOT/target/release/examples/bench"
+PORT=$((20000 + RANDOM % 20000))
+
+# ucx_perftest TEST SIZE N [EXTRA...] -> its "Final:" line
+perftest() {
+    local test=$1 size=$2 n=$3; shift 3
+    PORT=$((PORT + 1))
+    LD_LIBRARY_PATH="$UCX_PREFIX/lib" UCX_NET_DEVICES=lo "$PERFTEST" -p $PORT "$@" >/dev/null 2>&1 &
+    local server=$!
+    sleep 1
+    LD_LIBRARY_PATH="$UCX_PREFIX/lib" UCX_NET_DEVICES=lo "$PERFTEST" 127.0.0.1 -p $PORT -t "$test" -s "$size" -n "$n" "$@" 2>/dev/null | grep Final
+    wait $server 2>/dev/null || true
+}
+
+# field K of a RESULT line
+field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+printf '%-34s %14s %14s %8s\n' "workload" "ucx_perftest" "ucx-async" "ratio"
+row() { printf '%-34s %14s %14s %8s\n' "$1" "$2" "$3" "$(python -c "print(f'{$4:.2f}x')")"; }
+
+# Latency: perftest's 'typical' (median) one-way latency, column 3 of its Final line.
+p_poll=$(perftest tag_lat 8 "$LAT_N" | awk '{print $3}')
+o_poll=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode polling | field median_us)
+row "tag_lat 8 B, polling (µs)" "$p_poll" "$o_poll" "$o_poll/$p_poll"
+p_sleep=$(perftest tag_lat 8 "$LAT_N" -E sleep | awk '{print $3}')
+o_event=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode event | field median_us)
+row "tag_lat 8 B, event/sleep (µs)" "$p_sleep" "$o_event" "$o_event/$p_sleep"
+o_adapt=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode adaptive | field median_us)
+row "tag_lat 8 B, adaptive vs polling" "$o_poll" "$o_adapt" "$o_adapt/$o_poll"
+
+# Bandwidth: perftest's overall bandwidth (MiB/s), column 7 of its Final line.
+p_bw=$(perftest tag_bw 1048576 "$BW_N" | awk '{print $7}')
+o_bw=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode polling | field MiBps)
+row "tag_bw 1 MiB, polling (MiB/s)" "$p_bw" "$o_bw" "$o_bw/$p_bw"
+p_bw_s=$(perftest tag_bw 1048576 "$BW_N" -E sleep | awk '{print $7}')
+o_bw_e=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode event | field MiBps)
+row "tag_bw 1 MiB, event/sleep (MiB/s)" "$p_bw_s" "$o_bw_e" "$o_bw_e/$p_bw_s"
