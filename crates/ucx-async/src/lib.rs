@@ -27,3 +27,8 @@ pub use reactor::ProgressMode;
 pub use ucx_core as core;
 pub use ucx_core::wire::Flavour;
 pub use worker::Worker;
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -62,7 +62,3 @@ pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use worker::{Armed, ThreadMode, Worker};
 
-/// The README's Rust example, compiled and run as a doctest so it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
