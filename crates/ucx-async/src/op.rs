@@ -46,6 +46,13 @@ impl Future for Completes<'_, '_> {
                     Poll::Ready(res)
                 }
                 Poll::Pending => {
+                    // Polling and adaptive modes: progress here for a moment before yielding.
+                    if this.signals.spin_until(|| r.is_complete()) {
+                        if let Some(res) = r.result() {
+                            this.submitted = None;
+                            return Poll::Ready(res);
+                        }
+                    }
                     if !this.nudged {
                         this.nudged = true;
                         this.signals.submitted();

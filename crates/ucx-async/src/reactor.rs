@@ -38,13 +38,44 @@ pub enum ProgressMode {
 pub(crate) const IDLE_TICK: Duration = Duration::from_millis(100);
 
 /// What submitters share with the reactor: whether it sleeps, and how to wake it.
-#[derive(Default)]
 pub(crate) struct Signals {
     sleeping: AtomicBool,
     nudge: Notify,
+    /// In polling and adaptive modes: the worker, which a waiting future progresses itself
+    /// for a moment before yielding (a round trip through the scheduler costs more than the
+    /// message).
+    inline: Option<(ucx_core::Worker, Duration)>,
 }
 
+/// How long a future in polling or adaptive mode progresses the worker itself before yielding.
+const INLINE_SPIN: Duration = Duration::from_micros(20);
+
 impl Signals {
+    pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
+        let inline = match mode {
+            ProgressMode::Event => None,
+            ProgressMode::Polling => Some((worker.clone(), INLINE_SPIN)),
+            ProgressMode::Adaptive { spin } => Some((worker.clone(), spin.min(INLINE_SPIN))),
+        };
+        Signals { sleeping: AtomicBool::new(false), nudge: Notify::new(), inline }
+    }
+
+    /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
+    /// out (polling and adaptive modes only). Returns whether `done()` held.
+    pub(crate) fn spin_until(&self, mut done: impl FnMut() -> bool) -> bool {
+        let Some((worker, budget)) = &self.inline else { return false };
+        let start = Instant::now();
+        loop {
+            worker.progress();
+            if done() {
+                return true;
+            }
+            if start.elapsed() >= *budget {
+                return false;
+            }
+        }
+    }
+
     /// Called after an operation was submitted and is in flight: a sleeping reactor must run
     /// progress at least once more, since UCX may need it to push the operation along.
     pub(crate) fn submitted(&self) {

@@ -39,7 +39,7 @@ impl Worker {
             // Fail here, with UCX's reason, rather than inside the reactor task.
             core.wakeup_fd()?;
         }
-        let signals = Arc::new(Signals::default());
+        let signals = Arc::new(Signals::new(&core, mode));
         let reactor = tokio::spawn(reactor::run(core.clone(), signals.clone(), mode));
         Ok(Worker { inner: Arc::new(WorkerInner { core, signals, reactor, mode }) })
     }

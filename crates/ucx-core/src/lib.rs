@@ -61,4 +61,3 @@ pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use worker::{Armed, ThreadMode, Worker};
-
