@@ -14,7 +14,7 @@ use ucx_core::wire::{CtrlMsg, Flavour};
 use ucx_core::{CloseMode, EndpointParams, Error, RecvBuffer, Result, SendBuffer, Status, WorkerAddress, FULL_MASK};
 
 use crate::handshake::{self, Tags};
-use crate::op::Completes;
+use crate::op::{Cancel, Completes, CompletesOwned};
 use crate::worker::Worker;
 
 /// The handshake timeout when none is given (UCX-Py's `UCXPY_CONNECT_TIMEOUT` default).
@@ -283,6 +283,42 @@ impl Endpoint {
         Ok(c.length)
     }
 
+    /// [`Endpoint::send`] on a buffer the operation owns, returned when done. Dropping the
+    /// future before then never blocks and never closes the endpoint: the buffer stays with
+    /// UCX until the send finishes.
+    pub async fn send_owned<B: SendBuffer + Send + 'static>(&self, buf: B) -> Result<B> {
+        let tag = self.msg_tags("Endpoint::send_owned")?.msg_send;
+        self.inner.state.check("Endpoint::send_owned")?;
+        self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        let op = self.inner.core.tag_send_owned(buf, tag)?;
+        let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals);
+        (&mut fut).await?;
+        Ok(fut.op.take().and_then(ucx_core::Owned::into_buffer).expect("a completed operation returns its buffer"))
+    }
+
+    /// [`Endpoint::recv`] into a buffer the operation owns; returns it with the length
+    /// received. Dropping the future before then cancels the receive without blocking.
+    pub async fn recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B) -> Result<(B, usize)> {
+        let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
+        let state = &self.inner.state;
+        if let Err(e) = state.check("Endpoint::recv_owned") {
+            if self.inner.worker.core().tag_probe(tag, FULL_MASK).is_none() {
+                return Err(e);
+            }
+        }
+        let op = self.inner.worker.core().tag_recv_owned(buf, tag, FULL_MASK)?;
+        let mut watched = Watched {
+            fut: CompletesOwned::new(op, &self.inner.worker.inner.signals),
+            state,
+            slot: None,
+            canceled: false,
+        };
+        let c = (&mut watched).await?;
+        state.recv_finished();
+        let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer);
+        Ok((buf.expect("a completed operation returns its buffer"), c.length))
+    }
+
     /// Sends `buf` on the endpoint's stream.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
@@ -346,14 +382,14 @@ impl std::fmt::Debug for Endpoint {
 
 /// A receive that also watches its endpoint: when the endpoint goes down, it cancels the
 /// UCX receive and reports why.
-struct Watched<'a, 's> {
-    fut: Completes<'a, 's>,
+struct Watched<'s, F> {
+    fut: F,
     state: &'s EpState,
     slot: Option<u64>,
     canceled: bool,
 }
 
-impl Future for Watched<'_, '_> {
+impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
     type Output = Result<ucx_core::Completion>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
@@ -373,7 +409,7 @@ impl Future for Watched<'_, '_> {
     }
 }
 
-impl Drop for Watched<'_, '_> {
+impl<F> Drop for Watched<'_, F> {
     fn drop(&mut self) {
         self.state.unregister(self.slot.take());
     }

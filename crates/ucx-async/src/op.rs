@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use ucx_core::{Completion, Result, Submitted};
+use ucx_core::{Completion, Owned, Result, Submitted};
 
 use crate::reactor::Signals;
 
@@ -20,12 +20,61 @@ impl<'a, 's> Completes<'a, 's> {
     pub(crate) fn new(submitted: Submitted<'a>, signals: &'s Signals) -> Self {
         Completes { submitted: Some(submitted), signals, nudged: false }
     }
+}
 
-    /// Cancels the operation (it then completes with `Canceled`, or successfully if it won).
-    pub(crate) fn cancel(&self) {
+/// An operation that can be asked to stop (it then completes with `Canceled`, or successfully
+/// if it won the race).
+pub(crate) trait Cancel {
+    fn cancel(&self);
+}
+
+impl Cancel for Completes<'_, '_> {
+    fn cancel(&self) {
         if let Some(Submitted::InFlight(r)) = &self.submitted {
             r.cancel();
         }
+    }
+}
+
+/// Resolves when an operation on an owned buffer completes; dropping it never blocks (the
+/// buffer goes to UCX until it is done with it).
+pub(crate) struct CompletesOwned<'s, B: Send + 'static> {
+    pub(crate) op: Option<Owned<B>>,
+    signals: &'s Signals,
+    nudged: bool,
+}
+
+impl<'s, B: Send + 'static> CompletesOwned<'s, B> {
+    pub(crate) fn new(op: Owned<B>, signals: &'s Signals) -> Self {
+        CompletesOwned { op: Some(op), signals, nudged: false }
+    }
+}
+
+impl<B: Send + 'static> Cancel for CompletesOwned<'_, B> {
+    fn cancel(&self) {
+        if let Some(op) = &self.op {
+            op.cancel();
+        }
+    }
+}
+
+impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
+    type Output = Result<Completion>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
+        if let Poll::Ready(r) = op.poll_complete(cx) {
+            return Poll::Ready(r);
+        }
+        if this.signals.spin_until(|| op.is_complete()) {
+            return op.poll_complete(cx);
+        }
+        if !this.nudged {
+            this.nudged = true;
+            this.signals.submitted();
+        }
+        Poll::Pending
     }
 }
 

@@ -12,7 +12,8 @@
 //!   endpoint, receive and probe on the worker), `stream`, `am` (active messages and their
 //!   handlers), `rma` (memory registration, remote keys, put/get).
 //! - [`Request`] (`request`): an in-flight operation; wakes a `std::task::Waker`, cancels,
-//!   and keeps UCX from touching a buffer that has gone away.
+//!   and keeps UCX from touching a buffer that has gone away. [`Owned`] (`owned`): the same on
+//!   a buffer the operation owns, whose drop never blocks.
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
@@ -38,6 +39,7 @@ mod endpoint;
 mod error;
 mod listener;
 pub mod live;
+mod owned;
 mod request;
 mod rma;
 mod sockaddr;
@@ -57,6 +59,7 @@ pub use context::{Context, ContextBuilder, Features};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};
 pub use error::{Error, Result, Status};
 pub use listener::{ConnRequest, Listener};
+pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};

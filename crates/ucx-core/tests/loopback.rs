@@ -473,3 +473,36 @@ fn dropping_an_uncancelable_send_closes_its_endpoint_instead_of_hanging() {
     wait_on(&[&q.server, &q.client], r);
     assert_eq!(&b, b"ok");
 }
+
+#[test]
+fn owned_operations_never_block_on_drop_and_free_their_buffers() {
+    let ctx = context();
+    let p = connected_pair(&ctx);
+    // Thousands of receives dropped mid-flight: canceled, their buffers freed by UCX's side.
+    for i in 0..2000u64 {
+        let r = p.server.tag_recv_owned(vec![0u8; 256], 70_000 + i, FULL_MASK).unwrap();
+        drop(r);
+    }
+    // Rendezvous sends dropped before anyone receives: the drop returns at once, the endpoint
+    // stays open, and the receiver still gets every byte later (the buffer lived on).
+    let mut sends = Vec::new();
+    for i in 0..20u64 {
+        sends.push(p.client_ep.tag_send_owned(pattern(1 << 20, i as u8), 80_000 + i).unwrap());
+    }
+    let t0 = std::time::Instant::now();
+    drop(sends);
+    assert!(t0.elapsed() < std::time::Duration::from_millis(500), "{:?}", t0.elapsed());
+    assert!(!p.client_ep.is_closed());
+    for i in 0..20u64 {
+        let mut buf = vec![0u8; 1 << 20];
+        let r = p.server.tag_recv(&mut buf[..], 80_000 + i, FULL_MASK).unwrap();
+        wait_on(&[&p.server, &p.client], r);
+        assert_eq!(buf, pattern(1 << 20, i as u8));
+    }
+    // Completed owned operations give their buffer back.
+    let r = p.server.tag_recv_owned([0u8; 4], 90_000, FULL_MASK).unwrap();
+    let s = p.client_ep.tag_send_owned(*b"abcd", 90_000).unwrap();
+    progress_until(&[&p.server, &p.client], "owned ops", || r.is_complete() && s.is_complete());
+    assert_eq!(r.into_buffer(), Some(*b"abcd"));
+    assert_eq!(s.into_buffer(), Some(*b"abcd"));
+}

@@ -1,0 +1,140 @@
+//! Operations that own their buffer: dropping one unfinished never blocks and never closes
+//! anything; the buffer is handed to the request and freed when UCX is done with it.
+//! What owning futures (ucx-async's `*_owned` methods) are built on.
+use std::task::{Context as TaskContext, Poll};
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::endpoint::Endpoint;
+use crate::error::Result;
+use crate::request::{Completion, Request, Submitted};
+use crate::worker::Worker;
+
+/// An operation on a buffer it owns. Poll it with [`Owned::poll_complete`], then take the
+/// buffer back with [`Owned::into_buffer`].
+pub struct Owned<B: Send + 'static> {
+    /// A leaked Box (so its address stays put while UCX uses it, however `Owned` moves, and no
+    /// `Box` asserts unique access while UCX holds a reference); reclaimed exactly once.
+    buffer: Option<std::ptr::NonNull<B>>,
+    request: Option<Request<'static>>,
+    result: Option<Result<Completion>>,
+    /// Receives nobody waits for are canceled on drop; sends are left to finish.
+    cancel_on_drop: bool,
+}
+
+impl<B: Send + 'static> Owned<B> {
+    fn start(
+        buffer: Box<B>,
+        cancel_on_drop: bool,
+        submit: impl FnOnce(&'static mut B) -> Result<Submitted<'static>>,
+    ) -> Result<Owned<B>> {
+        let raw = std::ptr::NonNull::from(Box::leak(buffer));
+        // SAFETY: the allocation is reclaimed (Box::from_raw) only after the request completed
+        // (into_buffer checks, Drop checks) or by the request's keepalive once UCX is done
+        // (detach), so this reference outlives every UCX access; nothing else touches it.
+        let for_ucx: &'static mut B = unsafe { &mut *raw.as_ptr() };
+        let submitted = match submit(for_ucx) {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: UCX did not take the buffer; reclaim the leaked Box once.
+                drop(unsafe { Box::from_raw(raw.as_ptr()) });
+                return Err(e);
+            }
+        };
+        let (request, result) = match submitted {
+            Submitted::Done(c) => (None, Some(Ok(c))),
+            Submitted::InFlight(r) => (Some(r), None),
+        };
+        Ok(Owned { buffer: Some(raw), request, result, cancel_on_drop })
+    }
+
+    /// Registers the waker and returns the result once UCX has finished.
+    pub fn poll_complete(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<Completion>> {
+        if let Some(r) = &self.result {
+            return Poll::Ready(r.clone());
+        }
+        let Some(req) = &self.request else { return Poll::Pending };
+        match req.poll_complete(cx) {
+            Poll::Ready(r) => {
+                self.request = None; // completed: releasing it does not block
+                self.result = Some(r.clone());
+                Poll::Ready(r)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Whether UCX has finished.
+    pub fn is_complete(&self) -> bool {
+        self.result.is_some() || self.request.as_ref().is_some_and(Request::is_complete)
+    }
+
+    /// Cancels the operation (a receive completes as canceled; UCX may not stop a send).
+    pub fn cancel(&self) {
+        if let Some(r) = &self.request {
+            r.cancel();
+        }
+    }
+
+    /// The buffer back, once the operation has finished (`None` while in flight).
+    pub fn into_buffer(mut self) -> Option<B> {
+        if !self.is_complete() {
+            return None;
+        }
+        self.request = None;
+        // SAFETY: complete and released: UCX no longer uses it; reclaimed exactly once.
+        self.buffer.take().map(|b| *unsafe { Box::from_raw(b.as_ptr()) })
+    }
+}
+
+// SAFETY: the buffer is B: Send, owned by this value alone (UCX's use ends before it is touched
+// again); the request is Send.
+unsafe impl<B: Send + 'static> Send for Owned<B> {}
+
+impl<B: Send + 'static> Drop for Owned<B> {
+    fn drop(&mut self) {
+        let Some(raw) = self.buffer.take() else { return };
+        let reclaim = Reclaim(raw);
+        match self.request.take() {
+            // The buffer is freed by the request's keepalive once UCX has finished with it.
+            Some(req) if !req.is_complete() => req.detach(Box::new(reclaim), self.cancel_on_drop),
+            other => {
+                drop(other);
+                drop(reclaim);
+            }
+        }
+    }
+}
+
+/// Frees a leaked buffer when dropped (after UCX is done with it).
+struct Reclaim<B>(std::ptr::NonNull<B>);
+
+// SAFETY: it owns a B: Send allocation and only frees it.
+unsafe impl<B: Send> Send for Reclaim<B> {}
+
+impl<B> Drop for Reclaim<B> {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from Box::leak and is reclaimed only here, exactly once.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+impl Endpoint {
+    /// [`Endpoint::tag_send`] on a buffer the operation owns.
+    pub fn tag_send_owned<B: SendBuffer + Send + 'static>(&self, buf: B, tag: u64) -> Result<Owned<B>> {
+        Owned::start(Box::new(buf), false, |b| self.tag_send(&*b, tag))
+    }
+}
+
+impl Worker {
+    /// [`Worker::tag_recv`] into a buffer the operation owns; dropping it unfinished cancels
+    /// the receive without blocking.
+    pub fn tag_recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B, tag: u64, mask: u64) -> Result<Owned<B>> {
+        Owned::start(Box::new(buf), true, |b| self.tag_recv(b, tag, mask))
+    }
+}
+
+impl<B: Send + 'static> std::fmt::Debug for Owned<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owned").field("complete", &self.is_complete()).finish()
+    }
+}
