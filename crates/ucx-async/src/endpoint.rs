@@ -10,8 +10,13 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use ucx_core::wire::{CtrlMsg, Flavour};
-use ucx_core::{CloseMode, EndpointParams, Error, RecvBuffer, Result, SendBuffer, Status, WorkerAddress, FULL_MASK};
+use ucx_core::wire::{am_header, CtrlMsg, Flavour};
+use ucx_core::{
+    AmMessage, AmSendOptions, CloseMode, EndpointParams, Error, MemoryType, RecvBuffer, Result, SendBuffer, Status,
+    WorkerAddress, FULL_MASK,
+};
+
+use crate::am::{header_memory_type, AmBuffer, AmRouter};
 
 use crate::handshake::{self, Tags};
 use crate::op::{Cancel, Completes, CompletesOwned};
@@ -43,6 +48,8 @@ pub struct Endpoint {
 
 struct EndpointInner {
     core: ucx_core::Endpoint,
+    /// The UCX endpoint's identity, which active messages report as their reply endpoint.
+    core_id: usize,
     worker: Worker,
     tags: Option<Tags>,
     flavour: Option<Flavour>,
@@ -55,6 +62,7 @@ impl Drop for EndpointInner {
         if let Some(t) = self.ctrl_task.get_mut().ok().and_then(Option::take) {
             t.abort();
         }
+        self.worker.inner.am.forget(self.core_id);
     }
 }
 
@@ -203,6 +211,7 @@ impl Endpoint {
         });
         Endpoint {
             inner: Arc::new(EndpointInner {
+                core_id: core.id(),
                 core,
                 worker: worker.clone(),
                 tags,
@@ -317,6 +326,69 @@ impl Endpoint {
         state.recv_finished();
         let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer);
         Ok((buf.expect("a completed operation returns its buffer"), c.length))
+    }
+
+    /// Sends `buf` as an active message the UCX-Py way (handler 0, a 4-byte header with the
+    /// buffer's memory type, the reply flag so the peer knows the sender).
+    pub async fn am_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
+        self.inner.state.check("Endpoint::am_send")?;
+        self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        let header = am_header::encode(buf.memory_type().raw() as i32);
+        let opts = AmSendOptions { reply: true, ..Default::default() };
+        let s = self.inner.core.am_send(crate::am::AM_ID, &header, buf, opts)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Receives the next active message the peer sent with [`Endpoint::am_send`], in a buffer
+    /// from the allocator registered for its memory type (eager messages: host memory).
+    /// Fails with `Canceled` once the endpoint is closed and nothing is left to receive.
+    pub async fn am_recv(&self) -> Result<Box<dyn AmBuffer>> {
+        let router = &self.inner.worker.inner.am;
+        let msg = AmWait { router, ep: self.inner.core_id, state: &self.inner.state, slot: None }.await?;
+        let mt = if msg.is_rendezvous() { header_memory_type(msg.header()) } else { MemoryType::Host };
+        let len = msg.data_len();
+        let Some(mut buf) = router.allocate(mt, len) else {
+            return Err(Error::with_detail(
+                "Endpoint::am_recv",
+                Status::Unsupported,
+                format!("no active-message allocator registered for {mt:?} memory"),
+            ));
+        };
+        let s = msg.recv_into(&mut *buf)?.on_endpoint(&self.inner.core);
+        Completes::new(s, &self.inner.worker.inner.signals).await?;
+        self.inner.state.recv_finished();
+        Ok(buf)
+    }
+
+    /// Unpacks a peer's packed remote key (from `ucx_core::MemoryHandle::pack_rkey`) for
+    /// [`Endpoint::put`] and [`Endpoint::get`].
+    pub fn unpack_rkey(&self, packed: &[u8]) -> Result<ucx_core::RemoteKey> {
+        self.inner.core.unpack_rkey(packed)
+    }
+
+    /// Writes `buf` into the peer's registered memory at `remote_addr` (one-sided).
+    /// Completion means `buf` may be reused; [`Endpoint::flush`] makes the data visible.
+    pub async fn put<B: SendBuffer + ?Sized>(
+        &self,
+        buf: &B,
+        remote_addr: u64,
+        rkey: &ucx_core::RemoteKey,
+    ) -> Result<()> {
+        self.inner.state.check("Endpoint::put")?;
+        let s = self.inner.core.put(buf, remote_addr, rkey)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+    }
+
+    /// Reads the peer's registered memory at `remote_addr` into `buf` (one-sided).
+    pub async fn get<B: RecvBuffer + ?Sized>(
+        &self,
+        buf: &mut B,
+        remote_addr: u64,
+        rkey: &ucx_core::RemoteKey,
+    ) -> Result<()> {
+        self.inner.state.check("Endpoint::get")?;
+        let s = self.inner.core.get(buf, remote_addr, rkey)?;
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
     }
 
     /// Sends `buf` on the endpoint's stream.
@@ -434,5 +506,39 @@ async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
         }
         Ok(m) => eprintln!("ucx-async: received unknown control opcode: {}", m.opcode),
         Err(e) => eprintln!("ucx-async: bad control message: {e}"),
+    }
+}
+
+/// Waits for the next active message routed to an endpoint, or for the endpoint to go down.
+struct AmWait<'s> {
+    router: &'s AmRouter,
+    ep: usize,
+    state: &'s EpState,
+    slot: Option<u64>,
+}
+
+impl Future for AmWait<'_> {
+    type Output = Result<AmMessage>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.state.register(&mut this.slot, cx.waker());
+        if let Some(m) = this.router.take(this.ep, cx.waker()) {
+            return Poll::Ready(Ok(m));
+        }
+        if this.state.down.load(Ordering::Acquire) != UP {
+            return Poll::Ready(Err(Error::with_detail(
+                "Endpoint::am_recv",
+                Status::Canceled,
+                "While waiting for am_recv the endpoint was closed",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for AmWait<'_> {
+    fn drop(&mut self) {
+        self.state.unregister(self.slot.take());
     }
 }

@@ -6,13 +6,15 @@
 //!   (`reactor`): event (sleep on the fd), polling, adaptive.
 //! - [`Listener`] (`listener`) and [`Endpoint`] (`endpoint`): connect and accept with the
 //!   handshake (`handshake`, [`Tags`]), tag and stream messaging, flush, close, abort; failure
-//!   and close reach every pending receive.
+//!   and close reach every pending receive; active messages the UCX-Py way (`am`: memory-type
+//!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `op`: the future that awaits one ucx-core operation.
 //!
 //! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod am;
 mod endpoint;
 mod handshake;
 mod listener;
@@ -20,6 +22,7 @@ mod op;
 mod reactor;
 mod worker;
 
+pub use am::{AmAllocator, AmBuffer};
 pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
 pub use handshake::Tags;
 pub use listener::Listener;

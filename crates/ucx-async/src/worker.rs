@@ -2,8 +2,9 @@
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
-use ucx_core::{Context, Result};
+use ucx_core::{Context, Features, MemoryType, Result};
 
+use crate::am::{AmAllocator, AmRouter, AM_ID};
 use crate::reactor::{self, ProgressMode, Signals};
 
 /// A UCX worker driven by a reactor task on the current tokio runtime. Cheap to clone;
@@ -17,6 +18,7 @@ pub struct Worker {
 pub(crate) struct WorkerInner {
     pub(crate) core: ucx_core::Worker,
     pub(crate) signals: Arc<Signals>,
+    pub(crate) am: Arc<AmRouter>,
     reactor: JoinHandle<std::io::Result<()>>,
     mode: ProgressMode,
 }
@@ -24,6 +26,8 @@ pub(crate) struct WorkerInner {
 impl Drop for WorkerInner {
     fn drop(&mut self) {
         self.reactor.abort();
+        // Queued messages hold the worker; let them go so it can be destroyed.
+        self.am.clear();
     }
 }
 
@@ -40,8 +44,20 @@ impl Worker {
             core.wakeup_fd()?;
         }
         let signals = Arc::new(Signals::new(&core, mode));
+        let am = Arc::new(AmRouter::default());
+        if context.features().contains(Features::AM) {
+            let router = am.clone();
+            core.set_am_handler(AM_ID, move |msg| router.deliver(msg))?;
+        }
         let reactor = tokio::spawn(reactor::run(core.clone(), signals.clone(), mode));
-        Ok(Worker { inner: Arc::new(WorkerInner { core, signals, reactor, mode }) })
+        Ok(Worker { inner: Arc::new(WorkerInner { core, signals, am, reactor, mode }) })
+    }
+
+    /// Registers how active messages of `memory_type` are allocated when they arrive by
+    /// rendezvous (UCX-Py's `register_am_allocator`). Host memory defaults to a `Vec<u8>`;
+    /// eager messages always arrive in host memory.
+    pub fn register_am_allocator(&self, memory_type: MemoryType, allocator: AmAllocator) {
+        self.inner.am.set_allocator(memory_type, allocator);
     }
 
     /// The underlying ucx-core worker (for operations this crate does not wrap).

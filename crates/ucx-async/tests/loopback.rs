@@ -248,3 +248,68 @@ async fn dropped_owned_sends_and_receives_neither_block_nor_lose_data() {
     let (buf, _) = server.recv_owned([0u8; 4]).await.unwrap();
     assert_eq!(&buf, b"done");
 }
+
+#[tokio::test]
+async fn active_messages_per_endpoint_with_allocators() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let addr = listener.local_addr();
+    // Two clients on one client worker, so routing by endpoint matters on the server.
+    let (s1, c1) = tokio::join!(listener.accept(), Endpoint::connect(&wc, addr));
+    let (s2, c2) = tokio::join!(listener.accept(), Endpoint::connect(&wc, addr));
+    let (s1, c1, s2, c2) = (s1.unwrap(), c1.unwrap(), s2.unwrap(), c2.unwrap());
+    let allocated = Arc::new(AtomicUsize::new(0));
+    let a = allocated.clone();
+    ws.register_am_allocator(
+        ucx_async::core::MemoryType::Host,
+        Arc::new(move |n| {
+            a.fetch_add(1, Ordering::SeqCst);
+            Box::new(vec![0u8; n])
+        }),
+    );
+    for (n, seed) in [(0usize, 1u8), (100, 2), (1 << 20, 3)] {
+        let d1 = vec![seed; n];
+        let d2 = vec![seed + 100; n];
+        // A rendezvous send completes only once the receiver fetches it: run both sides.
+        let (r2, r1, got1, got2) = tokio::join!(c2.am_send(&d2[..]), c1.am_send(&d1[..]), s1.am_recv(), s2.am_recv());
+        r1.unwrap();
+        r2.unwrap();
+        let got1 = got1.unwrap().into_any().downcast::<Vec<u8>>().unwrap();
+        let got2 = got2.unwrap().into_any().downcast::<Vec<u8>>().unwrap();
+        assert_eq!(*got1, d1, "endpoint 1, {n} bytes");
+        assert_eq!(*got2, d2, "endpoint 2, {n} bytes");
+    }
+    assert!(allocated.load(Ordering::SeqCst) >= 2, "rendezvous messages used the registered allocator");
+    // A pending am_recv fails once the peer closes.
+    let s = s1.clone();
+    let pending = tokio::spawn(async move { s.am_recv().await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c1.close().await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap().unwrap_err();
+    assert!(e.to_string().contains("am_recv"), "{e}");
+}
+
+#[tokio::test]
+async fn rma_put_and_get() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    let mem = ucx_async::core::MemoryHandle::allocate(server.worker().core().context(), 4096).unwrap();
+    let rkey = client.unpack_rkey(&mem.pack_rkey().unwrap()).unwrap();
+    client.put(&pattern(4096)[..], mem.address(), &rkey).await.unwrap();
+    client.flush().await.unwrap();
+    // SAFETY: nothing writes the memory any more.
+    assert_eq!(unsafe { mem.as_slice() }[..4096], pattern(4096)[..]);
+    let mut back = vec![0u8; 100];
+    client.get(&mut back[..], mem.address() + 10, &rkey).await.unwrap();
+    assert_eq!(back, pattern(4096)[10..110]);
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Worker>();
+    check::<Endpoint>();
+    check::<Listener>();
+}

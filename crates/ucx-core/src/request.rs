@@ -333,9 +333,11 @@ impl<'a> Submitted<'a> {
         }))
     }
 
-    /// Marks an endpoint operation: if dropped unfinished and UCX cannot cancel it, `ep` is
-    /// force-closed to stop it (see [`Request`]).
-    pub(crate) fn on_endpoint(mut self, ep: &Endpoint) -> Self {
+    /// Ties the operation to `ep`: if dropped unfinished and UCX cannot cancel it, `ep` is
+    /// force-closed to stop it (see [`Request`]). Endpoint operations do this themselves; use
+    /// it for worker-level operations that serve one endpoint, e.g. fetching a rendezvous
+    /// active message its sender is waiting on.
+    pub fn on_endpoint(mut self, ep: &Endpoint) -> Self {
         if let Submitted::InFlight(r) = &mut self {
             r.endpoint = Some(ep.clone());
         }
