@@ -7,8 +7,8 @@
 //!   outstanding; the server receives them and acknowledges the last; bandwidth = bytes / time.
 //!
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+#[path = "common/server_process.rs"]
+mod server_process;
 use std::time::{Duration, Instant};
 
 use ucx_async::core::{Context, Result};
@@ -196,26 +196,8 @@ fn main() {
 }
 
 fn both(rt: &tokio::runtime::Runtime, o: Opts) -> Result<()> {
-    let exe = std::env::current_exe().expect("own path");
-    let mut child = Command::new(exe)
-        .args(["--server", "-t", &o.test, "-s", &o.size.to_string(), "-n", &o.iters.to_string(), "--mode", &o.mode])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the server process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let port = BufReader::new(stdout)
-        .lines()
-        .map_while(|l| l.ok())
-        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
-    let Some(port) = port else {
-        let _ = child.kill();
-        eprintln!("bench: the server process did not report a port");
-        std::process::exit(1);
-    };
-    let r = rt.block_on(client(o, port));
-    if r.is_err() {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    r
+    let server_args =
+        ["--server", "-t", &o.test, "-s", &o.size.to_string(), "-n", &o.iters.to_string(), "--mode", &o.mode]
+            .map(String::from);
+    server_process::run_with_server("bench", &server_args, |port| rt.block_on(client(o, port)))
 }

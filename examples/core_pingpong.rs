@@ -4,8 +4,8 @@
 //! Run: `cargo run --release -p ucx-core --example core_pingpong` (it starts its own server
 //! process). `--server` runs only the server and prints its port; `--client PORT` only the
 //! client; `--iters N` sets the iterations per size.
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+#[path = "common/server_process.rs"]
+mod server_process;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -172,30 +172,6 @@ fn main() {
 
 /// Starts the server as a child process and runs the client against it.
 fn run_both(iters: usize) -> Result<()> {
-    let exe = std::env::current_exe().expect("own path");
-    let mut child = Command::new(exe)
-        .args(["--server", "--iters", &iters.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the server process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let port = BufReader::new(stdout)
-        .lines()
-        .map_while(|l| l.ok())
-        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
-    let Some(port) = port else {
-        let _ = child.kill();
-        eprintln!("core_pingpong: the server process did not report a port");
-        std::process::exit(1);
-    };
-    let r = client(port, iters);
-    if r.is_err() {
-        let _ = child.kill();
-    }
-    let status = child.wait().expect("wait for the server");
-    if r.is_ok() && !status.success() {
-        eprintln!("core_pingpong: server process failed: {status}");
-        std::process::exit(1);
-    }
-    r
+    let server_args = ["--server".to_string(), "--iters".to_string(), iters.to_string()];
+    server_process::run_with_server("core_pingpong", &server_args, |port| client(port, iters))
 }

@@ -4,8 +4,8 @@
 //! Run: `cargo run --release -p ucx-async --example echo` (starts its own server process).
 //! Options: `--mode event|polling|adaptive` (default event), `--iters N`, `--server` (only the
 //! server; prints `PORT n`), `--client PORT` (only the client).
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+#[path = "common/server_process.rs"]
+mod server_process;
 use std::time::{Duration, Instant};
 
 use ucx_async::core::{Context, Result};
@@ -131,31 +131,7 @@ fn main() {
 
 /// Starts the server as a child process and runs the client against it.
 fn run_both(rt: &tokio::runtime::Runtime, args: &[String], mode: ProgressMode, iters: usize) -> Result<()> {
-    let exe = std::env::current_exe().expect("own path");
-    let mode_arg = arg(args, "--mode").unwrap_or("event");
-    let mut child = Command::new(exe)
-        .args(["--server", "--mode", mode_arg, "--iters", &iters.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the server process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let port = BufReader::new(stdout)
-        .lines()
-        .map_while(|l| l.ok())
-        .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
-    let Some(port) = port else {
-        let _ = child.kill();
-        eprintln!("echo: the server process did not report a port");
-        std::process::exit(1);
-    };
-    let r = rt.block_on(client(port, mode, iters));
-    if r.is_err() {
-        let _ = child.kill();
-    }
-    let status = child.wait().expect("wait for the server");
-    if r.is_ok() && !status.success() {
-        eprintln!("echo: server process failed: {status}");
-        std::process::exit(1);
-    }
-    r
+    let mode_arg = arg(args, "--mode").unwrap_or("event").to_string();
+    let server_args = ["--server".into(), "--mode".into(), mode_arg, "--iters".into(), iters.to_string()];
+    server_process::run_with_server("echo", &server_args, |port| rt.block_on(client(port, mode, iters)))
 }

@@ -54,6 +54,35 @@ async fn bounded(
     }
 }
 
+/// The handshake's two primitives on one endpoint, each bounded by the timeout.
+struct Stream<'a> {
+    ep: &'a ucx_core::Endpoint,
+    signals: &'a Signals,
+    timeout: Duration,
+}
+
+impl Stream<'_> {
+    async fn send(&self, bytes: &[u8]) -> Result<()> {
+        let op = Completes::new(self.ep.stream_send(bytes)?, self.signals);
+        bounded(self.ep, self.signals, self.timeout, "sending the peer info", op).await
+    }
+
+    async fn recv(&self, buf: &mut [u8]) -> Result<()> {
+        let op = Completes::new(self.ep.stream_recv(buf)?, self.signals);
+        bounded(self.ep, self.signals, self.timeout, "receiving the peer info", op).await
+    }
+}
+
+/// Our tags against a UCX-Py peer's info.
+fn ucxpy_tags(msg_tag: u64, ctrl_tag: u64, peer: PeerInfo) -> Tags {
+    Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: Some(peer.ctrl_tag), ctrl_recv: Some(ctrl_tag) }
+}
+
+/// Our tags against a UCXX peer's info (no control channel).
+fn ucxx_tags(msg_tag: u64, peer: UcxxPeerInfo) -> Tags {
+    Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: None, ctrl_recv: None }
+}
+
 /// The listener's side: send our info first, then read the client's.
 pub(crate) async fn server(
     ep: &ucx_core::Endpoint,
@@ -61,93 +90,48 @@ pub(crate) async fn server(
     flavour: Flavour,
     timeout: Duration,
 ) -> Result<Tags> {
+    let stream = Stream { ep, signals, timeout };
     let msg_tag = random_tag();
     match flavour {
         Flavour::UcxPy => {
             let ctrl_tag = random_tag();
-            let out = PeerInfo { msg_tag, ctrl_tag }.encode();
-            bounded(ep, signals, timeout, "sending the peer info", Completes::new(ep.stream_send(&out)?, signals))
-                .await?;
+            stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
             let mut inb = [0u8; PeerInfo::LEN];
-            bounded(
-                ep,
-                signals,
-                timeout,
-                "receiving the peer info",
-                Completes::new(ep.stream_recv(&mut inb)?, signals),
-            )
-            .await?;
-            let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
-            Ok(Tags {
-                msg_send: peer.msg_tag,
-                msg_recv: msg_tag,
-                ctrl_send: Some(peer.ctrl_tag),
-                ctrl_recv: Some(ctrl_tag),
-            })
+            stream.recv(&mut inb).await?;
+            Ok(ucxpy_tags(msg_tag, ctrl_tag, PeerInfo::decode(&inb).map_err(wire_error)?))
         }
         Flavour::Ucxx => {
-            let out = UcxxPeerInfo { msg_tag }.encode();
-            bounded(ep, signals, timeout, "sending the peer info", Completes::new(ep.stream_send(&out)?, signals))
-                .await?;
+            stream.send(&UcxxPeerInfo { msg_tag }.encode()).await?;
             let mut inb = [0u8; UcxxPeerInfo::LEN];
-            bounded(
-                ep,
-                signals,
-                timeout,
-                "receiving the peer info",
-                Completes::new(ep.stream_recv(&mut inb)?, signals),
-            )
-            .await?;
-            let peer = UcxxPeerInfo::decode(&inb).map_err(wire_error)?;
-            Ok(Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: None, ctrl_recv: None })
+            stream.recv(&mut inb).await?;
+            Ok(ucxx_tags(msg_tag, UcxxPeerInfo::decode(&inb).map_err(wire_error)?))
         }
     }
 }
 
 /// The client's side: read the listener's info, detect its flavour, answer in kind.
 pub(crate) async fn client(ep: &ucx_core::Endpoint, signals: &Signals, timeout: Duration) -> Result<(Flavour, Tags)> {
-    let mut first = [0u8; wire::DETECT_LEN];
-    bounded(ep, signals, timeout, "receiving the peer info", Completes::new(ep.stream_recv(&mut first)?, signals))
-        .await?;
-    let flavour = wire::detect(&first);
+    let stream = Stream { ep, signals, timeout };
+    let mut inb = [0u8; PeerInfo::LEN];
+    stream.recv(&mut inb[..wire::DETECT_LEN]).await?;
+    let first: &[u8; wire::DETECT_LEN] = inb[..wire::DETECT_LEN].try_into().expect("slice of DETECT_LEN bytes");
+    let flavour = wire::detect(first);
     let msg_tag = random_tag();
-    match flavour {
+    let tags = match flavour {
         Flavour::Ucxx => {
-            let peer = UcxxPeerInfo::decode(&first).map_err(wire_error)?;
-            let out = UcxxPeerInfo { msg_tag }.encode();
-            bounded(ep, signals, timeout, "sending the peer info", Completes::new(ep.stream_send(&out)?, signals))
-                .await?;
-            Ok((flavour, Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: None, ctrl_recv: None }))
+            let peer = UcxxPeerInfo::decode(first).map_err(wire_error)?;
+            stream.send(&UcxxPeerInfo { msg_tag }.encode()).await?;
+            ucxx_tags(msg_tag, peer)
         }
         Flavour::UcxPy => {
-            let mut rest = [0u8; PeerInfo::LEN - wire::DETECT_LEN];
-            bounded(
-                ep,
-                signals,
-                timeout,
-                "receiving the peer info",
-                Completes::new(ep.stream_recv(&mut rest)?, signals),
-            )
-            .await?;
-            let mut all = [0u8; PeerInfo::LEN];
-            all[..wire::DETECT_LEN].copy_from_slice(&first);
-            all[wire::DETECT_LEN..].copy_from_slice(&rest);
-            let peer = PeerInfo::decode(&all).map_err(wire_error)?;
+            stream.recv(&mut inb[wire::DETECT_LEN..]).await?;
+            let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
             let ctrl_tag = random_tag();
-            let out = PeerInfo { msg_tag, ctrl_tag }.encode();
-            bounded(ep, signals, timeout, "sending the peer info", Completes::new(ep.stream_send(&out)?, signals))
-                .await?;
-            Ok((
-                flavour,
-                Tags {
-                    msg_send: peer.msg_tag,
-                    msg_recv: msg_tag,
-                    ctrl_send: Some(peer.ctrl_tag),
-                    ctrl_recv: Some(ctrl_tag),
-                },
-            ))
+            stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
+            ucxpy_tags(msg_tag, ctrl_tag, peer)
         }
-    }
+    };
+    Ok((flavour, tags))
 }
 
 fn wire_error(e: wire::WireError) -> Error {
