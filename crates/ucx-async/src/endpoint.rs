@@ -139,15 +139,9 @@ impl EpState {
     }
 }
 
+/// The status a failed endpoint stored (a negative UCX code).
 fn status_of(raw: i8) -> Status {
-    // A failed endpoint stores the UCX status; map it back through ucx-core's error type.
-    let e = ucx_core::Error::new("endpoint", Status::Other(raw));
-    match raw {
-        -25 => Status::ConnectionReset,
-        -80 => Status::EndpointTimeout,
-        -6 => Status::Unreachable,
-        _ => e.status(),
-    }
+    Status::from_code(raw).unwrap_or(Status::Other(raw))
 }
 
 fn params(state: &Arc<EpState>, worker: &Worker, error_handling: bool) -> EndpointParams {

@@ -101,6 +101,12 @@ impl Status {
         })
     }
 
+    /// The status for a raw `ucs_status_t` error code (as [`Status::raw`] returns); `None` for
+    /// `UCS_OK` and `UCS_INPROGRESS`.
+    pub fn from_code(raw: i8) -> Option<Status> {
+        Status::from_raw(raw)
+    }
+
     /// The raw `ucs_status_t`.
     pub fn raw(self) -> i8 {
         use Status::*;
