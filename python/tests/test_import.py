@@ -7,7 +7,7 @@ import ucp
 
 def test_reports_the_loaded_ucx_version():
     major, minor, patch = ucp.get_ucx_version()
-    assert (major, minor) >= (1, 15)
+    assert (major, minor) >= (1, 18)
     assert ucp.__ucx_version__ == f"{major}.{minor}.{patch}"
 
 

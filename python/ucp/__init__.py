@@ -20,7 +20,7 @@ except ImportError:  # a system UCX, found by the dynamic loader
 
 from ._ucx_async import get_ucx_version  # noqa: E402
 
-__ucx_min_version__ = "1.15.0"
+__ucx_min_version__ = "1.18.0"
 __ucx_version__ = "%d.%d.%d" % get_ucx_version()
 
 __all__ = ["get_ucx_version"]

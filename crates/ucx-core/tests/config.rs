@@ -12,8 +12,12 @@ fn options_and_effective_config() {
 
 #[test]
 fn unknown_option_is_an_error_naming_it() {
-    let e = Context::builder().option("NOT_AN_OPTION", "1").build().unwrap_err();
-    assert!(e.to_string().contains("NOT_AN_OPTION"), "{e}");
+    // UCX 1.18 still accepted unknown names silently (keeping them for transports); 1.22
+    // rejects them, and then the error names the option.
+    if version::runtime() >= (1, 22, 0) {
+        let e = Context::builder().option("NOT_AN_OPTION", "1").build().unwrap_err();
+        assert!(e.to_string().contains("NOT_AN_OPTION"), "{e}");
+    }
     let e = Context::builder().option("RNDV_THRESH", "lots").build().unwrap_err();
     assert!(e.to_string().contains("RNDV_THRESH=lots"), "{e}");
 }
