@@ -7,12 +7,13 @@
 //!   outstanding; the server receives them and acknowledges the last; bandwidth = bytes / time.
 //!
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
+//! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s).
 #[path = "common/server_process.rs"]
 mod server_process;
 use std::time::{Duration, Instant};
 
 use ucx_async::core::{Context, Result};
-use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
+use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, ProgressMode, Worker};
 
 #[derive(Clone)]
 struct Opts {
@@ -21,6 +22,9 @@ struct Opts {
     iters: usize,
     window: usize,
     mode: String,
+    /// Peer-failure handling on the endpoints (off: as `ucx_perftest`, and no shared-memory
+    /// error-handling cost).
+    error_handling: bool,
 }
 
 fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
@@ -39,6 +43,7 @@ fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
         iters: num("-n", 100_000),
         window: num("-w", 32).max(1),
         mode: get("--mode").unwrap_or_else(|| "event".into()),
+        error_handling: !args.iter().any(|a| a == "--no-error-handling"),
     };
     if !["tag_lat", "tag_bw"].contains(&opts.test.as_str()) {
         eprintln!("bench: -t must be tag_lat or tag_bw, got {:?}", opts.test);
@@ -76,7 +81,9 @@ const WARMUP: usize = 1000;
 async fn server(o: Opts) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode(&o.mode))?;
-    let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"))?;
+    let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
+    let listener =
+        Listener::bind_with(&worker, "127.0.0.1:0".parse().expect("literal address"), Flavour::UcxPy, options)?;
     println!("PORT {}", listener.local_addr().port());
     // A client that never comes (its parent was killed) must not keep us waiting forever.
     let ep = match tokio::time::timeout(Duration::from_secs(30), listener.accept()).await {
@@ -108,7 +115,8 @@ async fn server(o: Opts) -> Result<()> {
 async fn client(o: Opts, port: u16) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode(&o.mode))?;
-    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into()).await?;
+    let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
+    let ep = Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options).await?;
     let out = vec![1u8; o.size];
     let mut back = vec![0u8; o.size];
     match o.test.as_str() {
@@ -196,8 +204,12 @@ fn main() {
 }
 
 fn both(rt: &tokio::runtime::Runtime, o: Opts) -> Result<()> {
-    let server_args =
+    let mut server_args: Vec<String> =
         ["--server", "-t", &o.test, "-s", &o.size.to_string(), "-n", &o.iters.to_string(), "--mode", &o.mode]
-            .map(String::from);
+            .map(String::from)
+            .into();
+    if !o.error_handling {
+        server_args.push("--no-error-handling".into());
+    }
     server_process::run_with_server("bench", &server_args, |port| rt.block_on(client(o, port)))
 }

@@ -2,6 +2,7 @@
 # Runs ucx-async's benchmark CLI (examples/bench.rs) and UCX's own ucx_perftest (from the same
 # libucx wheel) on the same workloads, one after the other on 127.0.0.1, and prints the ratios.
 # Expects scripts/setup.sh to have run. Quiet machine wanted: both sides busy-poll in poll mode.
+# ucx_perftest's endpoints have no peer-failure handling; ours do unless the row says otherwise.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,6 +36,8 @@ row() { printf '%-34s %14s %14s %8s\n' "$1" "$2" "$3" "$(python -c "print(f'{$4:
 p_poll=$(perftest tag_lat 8 "$LAT_N" | awk '{print $3}')
 o_poll=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode polling | field median_us)
 row "tag_lat 8 B, polling (µs)" "$p_poll" "$o_poll" "$o_poll/$p_poll"
+o_poll_ne=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode polling --no-error-handling | field median_us)
+row "  same, both without error handling" "$p_poll" "$o_poll_ne" "$o_poll_ne/$p_poll"
 p_sleep=$(perftest tag_lat 8 "$LAT_N" -E sleep | awk '{print $3}')
 o_event=$("$BENCH" -t tag_lat -s 8 -n "$LAT_N" --mode event | field median_us)
 row "tag_lat 8 B, event/sleep (µs)" "$p_sleep" "$o_event" "$o_event/$p_sleep"
@@ -45,6 +48,8 @@ row "tag_lat 8 B, adaptive vs polling" "$o_poll" "$o_adapt" "$o_adapt/$o_poll"
 p_bw=$(perftest tag_bw 1048576 "$BW_N" | awk '{print $7}')
 o_bw=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode polling | field MiBps)
 row "tag_bw 1 MiB, polling (MiB/s)" "$p_bw" "$o_bw" "$o_bw/$p_bw"
+o_bw_ne=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode polling --no-error-handling | field MiBps)
+row "  same, both without error handling" "$p_bw" "$o_bw_ne" "$o_bw_ne/$p_bw"
 p_bw_s=$(perftest tag_bw 1048576 "$BW_N" -E sleep | awk '{print $7}')
 o_bw_e=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode event | field MiBps)
 row "tag_bw 1 MiB, event/sleep (MiB/s)" "$p_bw_s" "$o_bw_e" "$o_bw_e/$p_bw_s"
