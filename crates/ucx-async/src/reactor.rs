@@ -50,10 +50,16 @@ pub(crate) struct Signals {
 /// How long a future in polling or adaptive mode progresses the worker itself before yielding.
 const INLINE_SPIN: Duration = Duration::from_micros(20);
 
+/// How long a future in event mode progresses the worker itself before it lets the reactor
+/// sleep: long enough for a reply over shared memory (about 1 µs here), short enough that a
+/// waiting process stays idle.
+const EVENT_SPIN: Duration = Duration::from_micros(5);
+
 impl Signals {
     pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
         let inline = match mode {
-            ProgressMode::Event => None,
+            // Event mode: a short look before sleeping catches a reply already on its way.
+            ProgressMode::Event => Some((worker.clone(), EVENT_SPIN)),
             ProgressMode::Polling => Some((worker.clone(), INLINE_SPIN)),
             ProgressMode::Adaptive { spin } => Some((worker.clone(), spin.min(INLINE_SPIN))),
         };
