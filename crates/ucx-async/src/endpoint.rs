@@ -1,25 +1,21 @@
 //! The async [`Endpoint`]: a connection with the UCX-Py handshake behind it, data on its
 //! per-endpoint tags, and failure and close propagated to every pending receive.
-use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicI8, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmMessage, AmSendOptions, CloseMode, EndpointParams, Error, MemoryType, RecvBuffer, Result, SendBuffer, Status,
-    WorkerAddress, FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, Error, MemoryType, RecvBuffer, Result, SendBuffer, Status, WorkerAddress,
+    FULL_MASK,
 };
 
-use crate::am::{header_memory_type, AmBuffer, AmRouter};
-
+use crate::am::{header_memory_type, AmBuffer};
 use crate::handshake::{self, Tags};
-use crate::op::{Cancel, Completes, CompletesOwned};
+use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
+use crate::op::{Completes, CompletesOwned};
 use crate::worker::Worker;
 
 /// The handshake timeout when none is given (UCX-Py's `UCXPY_CONNECT_TIMEOUT` default).
@@ -64,84 +60,6 @@ impl Drop for EndpointInner {
         }
         self.worker.inner.am.forget(self.core_id);
     }
-}
-
-/// Why an endpoint stopped: still up, closed (by us or by the peer's control message), or
-/// failed with a UCX status.
-const UP: i8 = 0;
-const CLOSED: i8 = 1;
-
-/// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
-/// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
-#[derive(Default)]
-struct EpState {
-    /// UP, CLOSED, or a negative UCX status.
-    down: AtomicI8,
-    sends: AtomicU64,
-    finished_recvs: AtomicU64,
-    /// Close once this many receives have finished (the peer's `close_after_n_recv`).
-    close_after: AtomicU64,
-    waiters: Mutex<Waiters>,
-}
-
-#[derive(Default)]
-struct Waiters {
-    next: u64,
-    wakers: HashMap<u64, Waker>,
-}
-
-impl EpState {
-    fn new() -> Self {
-        EpState { close_after: AtomicU64::new(u64::MAX), ..Default::default() }
-    }
-
-    /// Records why the endpoint went down (the first reason wins) and wakes every waiter.
-    fn go_down(&self, why: i8) {
-        let _ = self.down.compare_exchange(UP, why, Ordering::AcqRel, Ordering::Acquire);
-        let wakers: Vec<Waker> = {
-            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-            w.wakers.drain().map(|(_, w)| w).collect()
-        };
-        for w in wakers {
-            w.wake();
-        }
-    }
-
-    /// `Ok` while up; the named error once down.
-    fn check(&self, op: &'static str) -> Result<()> {
-        match self.down.load(Ordering::Acquire) {
-            UP => Ok(()),
-            CLOSED => Err(Error::with_detail(op, Status::Canceled, "the endpoint was closed")),
-            raw => Err(Error::with_detail(op, status_of(raw), "the peer failed")),
-        }
-    }
-
-    fn recv_finished(&self) {
-        let n = self.finished_recvs.fetch_add(1, Ordering::AcqRel) + 1;
-        if n >= self.close_after.load(Ordering::Acquire) {
-            self.go_down(CLOSED);
-        }
-    }
-
-    fn register(&self, slot: &mut Option<u64>, waker: &Waker) {
-        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        let id = *slot.get_or_insert_with(|| {
-            w.next += 1;
-            w.next
-        });
-        w.wakers.insert(id, waker.clone());
-    }
-
-    fn unregister(&self, slot: Option<u64>) {
-        if let Some(id) = slot {
-            self.waiters.lock().unwrap_or_else(|p| p.into_inner()).wakers.remove(&id);
-        }
-    }
-}
-
-/// The status a failed endpoint stored (a negative UCX code).
-fn status_of(raw: i8) -> Status {
-    Status::from_code(raw).unwrap_or(Status::Other(raw))
 }
 
 fn params(state: &Arc<EpState>, worker: &Worker, error_handling: bool) -> EndpointParams {
@@ -443,96 +361,5 @@ impl Endpoint {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("tags", &self.inner.tags).field("flavour", &self.inner.flavour).finish()
-    }
-}
-
-/// A receive that also watches its endpoint: when the endpoint goes down, it cancels the
-/// UCX receive and reports why.
-struct Watched<'s, F> {
-    fut: F,
-    state: &'s EpState,
-    slot: Option<u64>,
-    canceled: bool,
-}
-
-impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
-    type Output = Result<ucx_core::Completion>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if !this.canceled {
-            this.state.register(&mut this.slot, cx.waker());
-            if this.state.down.load(Ordering::Acquire) != UP {
-                this.canceled = true;
-                this.fut.cancel();
-            }
-        }
-        match Pin::new(&mut this.fut).poll(cx) {
-            Poll::Ready(Ok(c)) => Poll::Ready(Ok(c)),
-            Poll::Ready(Err(e)) if e.is_canceled() => Poll::Ready(this.state.check("Endpoint::recv").and(Err(e))),
-            other => other,
-        }
-    }
-}
-
-impl<F> Drop for Watched<'_, F> {
-    fn drop(&mut self) {
-        self.state.unregister(self.slot.take());
-    }
-}
-
-/// Waits for the peer's control message (UCX-Py's close protocol) and applies it.
-async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
-    let mut buf = [0u8; CtrlMsg::LEN];
-    let Ok(s) = worker.core().tag_recv(&mut buf, tag, FULL_MASK) else { return };
-    let fut = Completes::new(s, &worker.inner.signals);
-    if (Watched { fut, state: &state, slot: None, canceled: false }).await.is_err() {
-        return;
-    }
-    match CtrlMsg::decode(&buf) {
-        Ok(m) if m.is_shutdown() => {
-            #[cfg(feature = "tracing")]
-            tracing::debug!(n = m.close_after_n_recv, "ucx-async: peer is closing");
-            state.close_after.store(m.close_after_n_recv, Ordering::Release);
-            if state.finished_recvs.load(Ordering::Acquire) >= m.close_after_n_recv {
-                state.go_down(CLOSED);
-            }
-        }
-        Ok(m) => eprintln!("ucx-async: received unknown control opcode: {}", m.opcode),
-        Err(e) => eprintln!("ucx-async: bad control message: {e}"),
-    }
-}
-
-/// Waits for the next active message routed to an endpoint, or for the endpoint to go down.
-struct AmWait<'s> {
-    router: &'s AmRouter,
-    ep: usize,
-    state: &'s EpState,
-    slot: Option<u64>,
-}
-
-impl Future for AmWait<'_> {
-    type Output = Result<AmMessage>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        this.state.register(&mut this.slot, cx.waker());
-        if let Some(m) = this.router.take(this.ep, cx.waker()) {
-            return Poll::Ready(Ok(m));
-        }
-        if this.state.down.load(Ordering::Acquire) != UP {
-            return Poll::Ready(Err(Error::with_detail(
-                "Endpoint::am_recv",
-                Status::Canceled,
-                "While waiting for am_recv the endpoint was closed",
-            )));
-        }
-        Poll::Pending
-    }
-}
-
-impl Drop for AmWait<'_> {
-    fn drop(&mut self) {
-        self.state.unregister(self.slot.take());
     }
 }

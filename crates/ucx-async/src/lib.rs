@@ -8,7 +8,8 @@
 //!   handshake (`handshake`, [`Tags`]), tag and stream messaging, flush, close, abort; failure
 //!   and close reach every pending receive; active messages the UCX-Py way (`am`: memory-type
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
-//! - `op`: the future that awaits one ucx-core operation.
+//! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
+//! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
 //!
 //! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -18,6 +19,7 @@ mod am;
 mod endpoint;
 mod handshake;
 mod listener;
+mod liveness;
 mod op;
 mod reactor;
 mod worker;

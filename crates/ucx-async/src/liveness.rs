@@ -1,0 +1,185 @@
+//! Whether an endpoint is still up, and the waits that watch it: the state its UCX error
+//! callback and UCX-Py's close protocol update, and the receive futures that fail promptly,
+//! with the cause, when it goes down.
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use ucx_core::wire::CtrlMsg;
+use ucx_core::{AmMessage, Error, Result, Status, FULL_MASK};
+
+use crate::am::AmRouter;
+use crate::op::{Cancel, Completes};
+use crate::worker::Worker;
+
+/// Why an endpoint stopped: still up, closed (by us or by the peer's control message), or
+/// failed with a UCX status.
+pub(crate) const UP: i8 = 0;
+pub(crate) const CLOSED: i8 = 1;
+
+/// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
+/// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
+#[derive(Default)]
+pub(crate) struct EpState {
+    /// UP, CLOSED, or a negative UCX status.
+    pub(crate) down: AtomicI8,
+    pub(crate) sends: AtomicU64,
+    pub(crate) finished_recvs: AtomicU64,
+    /// Close once this many receives have finished (the peer's `close_after_n_recv`).
+    pub(crate) close_after: AtomicU64,
+    waiters: Mutex<Waiters>,
+}
+
+#[derive(Default)]
+struct Waiters {
+    next: u64,
+    wakers: HashMap<u64, Waker>,
+}
+
+impl EpState {
+    pub(crate) fn new() -> Self {
+        EpState { close_after: AtomicU64::new(u64::MAX), ..Default::default() }
+    }
+
+    /// Records why the endpoint went down (the first reason wins) and wakes every waiter.
+    pub(crate) fn go_down(&self, why: i8) {
+        let _ = self.down.compare_exchange(UP, why, Ordering::AcqRel, Ordering::Acquire);
+        let wakers: Vec<Waker> = {
+            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            w.wakers.drain().map(|(_, w)| w).collect()
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// `Ok` while up; the named error once down.
+    pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+        match self.down.load(Ordering::Acquire) {
+            UP => Ok(()),
+            CLOSED => Err(Error::with_detail(op, Status::Canceled, "the endpoint was closed")),
+            raw => Err(Error::with_detail(op, status_of(raw), "the peer failed")),
+        }
+    }
+
+    pub(crate) fn recv_finished(&self) {
+        let n = self.finished_recvs.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= self.close_after.load(Ordering::Acquire) {
+            self.go_down(CLOSED);
+        }
+    }
+
+    pub(crate) fn register(&self, slot: &mut Option<u64>, waker: &Waker) {
+        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let id = *slot.get_or_insert_with(|| {
+            w.next += 1;
+            w.next
+        });
+        w.wakers.insert(id, waker.clone());
+    }
+
+    pub(crate) fn unregister(&self, slot: Option<u64>) {
+        if let Some(id) = slot {
+            self.waiters.lock().unwrap_or_else(|p| p.into_inner()).wakers.remove(&id);
+        }
+    }
+}
+
+/// The status a failed endpoint stored (a negative UCX code).
+pub(crate) fn status_of(raw: i8) -> Status {
+    Status::from_code(raw).unwrap_or(Status::Other(raw))
+}
+
+/// A receive that also watches its endpoint: when the endpoint goes down, it cancels the
+/// UCX receive and reports why.
+pub(crate) struct Watched<'s, F> {
+    pub(crate) fut: F,
+    pub(crate) state: &'s EpState,
+    pub(crate) slot: Option<u64>,
+    pub(crate) canceled: bool,
+}
+
+impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
+    type Output = Result<ucx_core::Completion>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.canceled {
+            this.state.register(&mut this.slot, cx.waker());
+            if this.state.down.load(Ordering::Acquire) != UP {
+                this.canceled = true;
+                this.fut.cancel();
+            }
+        }
+        match Pin::new(&mut this.fut).poll(cx) {
+            Poll::Ready(Ok(c)) => Poll::Ready(Ok(c)),
+            Poll::Ready(Err(e)) if e.is_canceled() => Poll::Ready(this.state.check("Endpoint::recv").and(Err(e))),
+            other => other,
+        }
+    }
+}
+
+impl<F> Drop for Watched<'_, F> {
+    fn drop(&mut self) {
+        self.state.unregister(self.slot.take());
+    }
+}
+
+/// Waits for the peer's control message (UCX-Py's close protocol) and applies it.
+pub(crate) async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
+    let mut buf = [0u8; CtrlMsg::LEN];
+    let Ok(s) = worker.core().tag_recv(&mut buf, tag, FULL_MASK) else { return };
+    let fut = Completes::new(s, &worker.inner.signals);
+    if (Watched { fut, state: &state, slot: None, canceled: false }).await.is_err() {
+        return;
+    }
+    match CtrlMsg::decode(&buf) {
+        Ok(m) if m.is_shutdown() => {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(n = m.close_after_n_recv, "ucx-async: peer is closing");
+            state.close_after.store(m.close_after_n_recv, Ordering::Release);
+            if state.finished_recvs.load(Ordering::Acquire) >= m.close_after_n_recv {
+                state.go_down(CLOSED);
+            }
+        }
+        Ok(m) => eprintln!("ucx-async: received unknown control opcode: {}", m.opcode),
+        Err(e) => eprintln!("ucx-async: bad control message: {e}"),
+    }
+}
+
+/// Waits for the next active message routed to an endpoint, or for the endpoint to go down.
+pub(crate) struct AmWait<'s> {
+    pub(crate) router: &'s AmRouter,
+    pub(crate) ep: usize,
+    pub(crate) state: &'s EpState,
+    pub(crate) slot: Option<u64>,
+}
+
+impl Future for AmWait<'_> {
+    type Output = Result<AmMessage>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.state.register(&mut this.slot, cx.waker());
+        if let Some(m) = this.router.take(this.ep, cx.waker()) {
+            return Poll::Ready(Ok(m));
+        }
+        if this.state.down.load(Ordering::Acquire) != UP {
+            return Poll::Ready(Err(Error::with_detail(
+                "Endpoint::am_recv",
+                Status::Canceled,
+                "While waiting for am_recv the endpoint was closed",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for AmWait<'_> {
+    fn drop(&mut self) {
+        self.state.unregister(self.slot.take());
+    }
+}
