@@ -51,9 +51,10 @@ pub(crate) struct Signals {
 const INLINE_SPIN: Duration = Duration::from_micros(20);
 
 /// How long a future in event mode progresses the worker itself before it lets the reactor
-/// sleep: long enough for a reply over shared memory (about 1 µs here), short enough that a
-/// waiting process stays idle.
-const EVENT_SPIN: Duration = Duration::from_micros(5);
+/// sleep: it catches a reply over shared memory (about 1 µs here) and keeps a window of large
+/// sends flowing (1 MiB streaming: 4.9 GB/s with 5 µs, 6.3–8.3 with 20 µs, 9.1 with 50 µs);
+/// it is spent only while an operation is awaited, so an idle process stays idle.
+const EVENT_SPIN: Duration = Duration::from_micros(20);
 
 impl Signals {
     pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
