@@ -178,6 +178,15 @@ impl Endpoint {
         self.recv_tag(buf, tag, FULL_MASK).await
     }
 
+    /// `Ok` while the endpoint is up, or when it is down but a matching message has already
+    /// arrived (it can still be received, as in UCX-Py); the endpoint's error otherwise.
+    fn may_receive(&self, op: &'static str, tag: u64, mask: u64) -> Result<()> {
+        match self.inner.state.check(op) {
+            Err(e) if self.inner.worker.core().tag_probe(tag, mask).is_none() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Sends `buf` with an explicit tag.
     pub async fn send_tag<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
         self.inner.state.check("Endpoint::send")?;
@@ -191,12 +200,7 @@ impl Endpoint {
     /// per worker: the tag, not the endpoint, decides which message arrives here.)
     pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
         let state = &self.inner.state;
-        if let Err(e) = state.check("Endpoint::recv") {
-            // A message that already arrived can still be received, as in UCX-Py.
-            if self.inner.worker.core().tag_probe(tag, mask).is_none() {
-                return Err(e);
-            }
-        }
+        self.may_receive("Endpoint::recv", tag, mask)?;
         let s = self.inner.worker.core().tag_recv(buf, tag, mask)?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals);
         let c = Watched { fut, state, slot: None, canceled: false }.await?;
@@ -222,11 +226,7 @@ impl Endpoint {
     pub async fn recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B) -> Result<(B, usize)> {
         let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
         let state = &self.inner.state;
-        if let Err(e) = state.check("Endpoint::recv_owned") {
-            if self.inner.worker.core().tag_probe(tag, FULL_MASK).is_none() {
-                return Err(e);
-            }
-        }
+        self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
         let op = self.inner.worker.core().tag_recv_owned(buf, tag, FULL_MASK)?;
         let mut watched = Watched {
             fut: CompletesOwned::new(op, &self.inner.worker.inner.signals),
@@ -350,11 +350,7 @@ impl Endpoint {
     /// cancels pending sends.
     pub fn abort(&self) {
         self.inner.state.go_down(CLOSED);
-        if let Ok(s) = self.inner.core.close(CloseMode::Force) {
-            // Force close finishes within progress; the request borrows the core endpoint, so
-            // wait here (briefly) rather than hand it to the reactor.
-            let _ = s.wait();
-        }
+        self.inner.core.force_close_now();
     }
 }
 

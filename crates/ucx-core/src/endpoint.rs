@@ -258,9 +258,10 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// Force-closes the endpoint and progresses until UCX has released it (used when a dropped
-    /// operation cannot be canceled otherwise). Later operations fail as on a closed endpoint.
-    pub(crate) fn force_close_now(&self) {
+    /// Force-closes the endpoint and progresses until UCX has released it (a forced close
+    /// finishes within a few progress rounds). Later operations fail as on a closed endpoint;
+    /// a dropped operation UCX cannot cancel uses this too.
+    pub fn force_close_now(&self) {
         if let Ok(s) = self.close(CloseMode::Force) {
             // A failed close still releases the endpoint; nothing more can be done here.
             let _ = s.wait();

@@ -1,11 +1,26 @@
 //! Tag-matched messaging: sends on an endpoint, receives on the worker (UCX matches receives
 //! worker-wide by tag and mask, not per endpoint), and probing for arrived messages.
-use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::buffer::{MemoryType, RecvBuffer, SendBuffer};
 use crate::endpoint::Endpoint;
 use crate::error::Result;
 use crate::request::{self, Callback, Completion, Submitted};
 use crate::sys;
 use crate::worker::Worker;
+
+/// What a tag receive reports before UCX fills it in.
+const NO_INFO: sys::ucp_tag_recv_info_t = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+
+/// Parameters for a tag receive that reports an inline completion through `info`.
+fn recv_params(info: &mut sys::ucp_tag_recv_info_t, memory_type: MemoryType) -> sys::ucp_request_param_t {
+    let mut params = request::params(Callback::TagRecv, memory_type.for_op());
+    params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_RECV_INFO;
+    params.recv_info.tag_info = info;
+    params
+}
+
+fn completion(info: &sys::ucp_tag_recv_info_t) -> Completion {
+    Completion { length: info.length, sender_tag: info.sender_tag }
+}
 
 /// A mask that matches every bit of the tag (exact match).
 pub const FULL_MASK: u64 = u64::MAX;
@@ -39,40 +54,35 @@ impl Worker {
     /// (`ucp_tag_recv_nbx`). The completion reports the length received and the sender's tag; a
     /// message longer than `buf` fails with `MessageTruncated`.
     pub fn tag_recv<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B, tag: u64, mask: u64) -> Result<Submitted<'a>> {
-        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
-        let mut params = request::params(Callback::TagRecv, buf.memory_type().for_op());
-        params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_RECV_INFO;
-        params.recv_info.tag_info = &mut info;
+        let mut info = NO_INFO;
+        let params = recv_params(&mut info, buf.memory_type());
         // SAFETY: the worker is live; buf is writable for byte_len() bytes and borrowed for 'a;
         // `info` outlives the call, which is the only time UCX writes it.
         unsafe {
             let ret = sys::ucp_tag_recv_nbx(self.handle(), buf.as_mut_ptr().cast(), buf.byte_len(), tag, mask, &params);
-            let inline = Completion { length: info.length, sender_tag: info.sender_tag };
-            Submitted::from_status_ptr("ucp_tag_recv_nbx", ret, self, inline)
+            Submitted::from_status_ptr("ucp_tag_recv_nbx", ret, self, completion(&info))
         }
     }
 
     /// Whether a message matching `tag`/`mask` has arrived and is unclaimed; it stays queued
     /// (`ucp_tag_probe_nb` without removal).
     pub fn tag_probe(&self, tag: u64, mask: u64) -> Option<ProbeInfo> {
-        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
-        // SAFETY: the worker is live; info outlives the call.
-        let msg = unsafe { sys::ucp_tag_probe_nb(self.handle(), tag, mask, 0, &mut info) };
-        (!msg.is_null()).then_some(ProbeInfo { length: info.length, sender_tag: info.sender_tag })
+        self.probe(tag, mask, false).map(|(_, info)| info)
     }
 
     /// Takes a matching message out of the queue (`ucp_tag_probe_nb` with removal), to be
     /// received with [`ProbedMessage::recv_into`], typically into a buffer sized from
     /// [`ProbedMessage::info`].
     pub fn tag_probe_take(&self, tag: u64, mask: u64) -> Option<ProbedMessage> {
-        let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
+        self.probe(tag, mask, true).map(|(handle, info)| ProbedMessage { handle, info, worker: self.clone() })
+    }
+
+    /// `ucp_tag_probe_nb`: the message (removed from the queue if `remove`) and its info.
+    fn probe(&self, tag: u64, mask: u64, remove: bool) -> Option<(sys::ucp_tag_message_h, ProbeInfo)> {
+        let mut info = NO_INFO;
         // SAFETY: the worker is live; info outlives the call.
-        let msg = unsafe { sys::ucp_tag_probe_nb(self.handle(), tag, mask, 1, &mut info) };
-        (!msg.is_null()).then(|| ProbedMessage {
-            handle: msg,
-            info: ProbeInfo { length: info.length, sender_tag: info.sender_tag },
-            worker: self.clone(),
-        })
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.handle(), tag, mask, i32::from(remove), &mut info) };
+        (!msg.is_null()).then_some((msg, ProbeInfo { length: info.length, sender_tag: info.sender_tag }))
     }
 }
 
@@ -111,19 +121,12 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
     msg: sys::ucp_tag_message_h,
     buf: &'a mut B,
 ) -> Result<Submitted<'a>> {
-    let mut info = sys::ucp_tag_recv_info_t { sender_tag: 0, length: 0 };
-    let mut params = request::params(Callback::TagRecv, buf.memory_type().for_op());
-    params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_RECV_INFO;
-    params.recv_info.tag_info = &mut info;
+    let mut info = NO_INFO;
+    let params = recv_params(&mut info, buf.memory_type());
     // SAFETY: guaranteed by the caller; `info` outlives the call.
     unsafe {
         let ret = sys::ucp_tag_msg_recv_nbx(worker.handle(), buf.as_mut_ptr().cast(), buf.byte_len(), msg, &params);
-        Submitted::from_status_ptr(
-            "ucp_tag_msg_recv_nbx",
-            ret,
-            worker,
-            Completion { length: info.length, sender_tag: info.sender_tag },
-        )
+        Submitted::from_status_ptr("ucp_tag_msg_recv_nbx", ret, worker, completion(&info))
     }
 }
 
