@@ -8,8 +8,12 @@
 //!
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
 //! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s).
+#[path = "common/accept_or_exit.rs"]
+mod accept_or_exit;
 #[path = "common/server_process.rs"]
 mod server_process;
+
+use accept_or_exit::accept_or_exit;
 use std::time::{Duration, Instant};
 
 use ucx_async::core::{Context, Result};
@@ -85,14 +89,7 @@ async fn server(o: Opts) -> Result<()> {
     let listener =
         Listener::bind_with(&worker, "127.0.0.1:0".parse().expect("literal address"), Flavour::UcxPy, options)?;
     println!("PORT {}", listener.local_addr().port());
-    // A client that never comes (its parent was killed) must not keep us waiting forever.
-    let ep = match tokio::time::timeout(Duration::from_secs(30), listener.accept()).await {
-        Ok(ep) => ep?,
-        Err(_) => {
-            eprintln!("no client within 30 s");
-            std::process::exit(1);
-        }
-    };
+    let ep = accept_or_exit(&listener).await?;
     let mut buf = vec![0u8; o.size];
     match o.test.as_str() {
         "tag_lat" => {

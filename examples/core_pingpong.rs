@@ -4,8 +4,12 @@
 //! Run: `cargo run --release -p ucx-core --example core_pingpong` (it starts its own server
 //! process). `--server` runs only the server and prints its port; `--client PORT` only the
 //! client; `--iters N` sets the iterations per size.
+#[path = "common/round_trips.rs"]
+mod round_trips;
 #[path = "common/server_process.rs"]
 mod server_process;
+
+use round_trips::{iters_for, WARMUP};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,17 +91,6 @@ fn server(iters: usize) -> Result<()> {
     Ok(())
 }
 
-const WARMUP: usize = 100;
-
-/// Fewer round trips for large messages keep the run short.
-fn iters_for(size: usize, iters: usize) -> usize {
-    if size >= 65_536 {
-        (iters / 10).max(100)
-    } else {
-        iters
-    }
-}
-
 fn client(port: u16, iters: usize) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx)?;
@@ -112,7 +105,7 @@ fn client(port: u16, iters: usize) -> Result<()> {
         ucx_core::version::runtime().2,
         ctx.config().get("TLS").map(String::as_str).unwrap_or("?")
     );
-    println!("{:>9} {:>7} {:>14} {:>14} {:>14}", "bytes", "iters", "one-way p50", "one-way p99", "bandwidth");
+    round_trips::print_header();
     for &size in SIZES {
         let n = iters_for(size, iters);
         let mut rtts = Vec::with_capacity(n);
@@ -129,18 +122,9 @@ fn client(port: u16, iters: usize) -> Result<()> {
                 rtts.push(rtt);
             }
         }
-        rtts.sort();
-        let p50 = rtts[rtts.len() / 2] / 2;
-        let p99 = rtts[rtts.len() * 99 / 100] / 2;
-        let total: Duration = rtts.iter().sum();
-        let mb_s = (2 * n * size) as f64 / total.as_secs_f64() / 1e6;
-        println!("{size:>9} {n:>7} {:>11.2} µs {:>11.2} µs {mb_s:>9.1} MB/s", us(p50), us(p99));
+        round_trips::print_row(size, rtts);
     }
     Ok(())
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 fn main() {

@@ -4,8 +4,15 @@
 //! Run: `cargo run --release -p ucx-async --example echo` (starts its own server process).
 //! Options: `--mode event|polling|adaptive` (default event), `--iters N`, `--server` (only the
 //! server; prints `PORT n`), `--client PORT` (only the client).
+#[path = "common/accept_or_exit.rs"]
+mod accept_or_exit;
+#[path = "common/round_trips.rs"]
+mod round_trips;
 #[path = "common/server_process.rs"]
 mod server_process;
+
+use accept_or_exit::accept_or_exit;
+use round_trips::{iters_for, WARMUP};
 use std::time::{Duration, Instant};
 
 use ucx_async::core::{Context, Result};
@@ -22,29 +29,12 @@ fn context() -> Result<Context> {
         .build()
 }
 
-fn iters_for(size: usize, iters: usize) -> usize {
-    if size >= 65_536 {
-        (iters / 10).max(100)
-    } else {
-        iters
-    }
-}
-
-const WARMUP: usize = 100;
-
 async fn server(mode: ProgressMode, iters: usize) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode)?;
     let listener = Listener::bind(&worker, "127.0.0.1:0".parse().expect("literal address"))?;
     println!("PORT {}", listener.local_addr().port());
-    // A client that never comes (its parent was killed) must not keep us waiting forever.
-    let ep = match tokio::time::timeout(Duration::from_secs(30), listener.accept()).await {
-        Ok(ep) => ep?,
-        Err(_) => {
-            eprintln!("no client within 30 s");
-            std::process::exit(1);
-        }
-    };
+    let ep = accept_or_exit(&listener).await?;
     let mut buf = vec![0u8; *SIZES.last().unwrap_or(&8)];
     for &size in SIZES {
         for _ in 0..iters_for(size, iters) + WARMUP {
@@ -64,7 +54,7 @@ async fn client(port: u16, mode: ProgressMode, iters: usize) -> Result<()> {
     let out = vec![7u8; *SIZES.last().unwrap_or(&8)];
     let mut back = vec![0u8; out.len()];
     println!("ucx-async echo over 127.0.0.1, two processes, {mode:?} mode");
-    println!("{:>9} {:>7} {:>14} {:>14} {:>14}", "bytes", "iters", "one-way p50", "one-way p99", "bandwidth");
+    round_trips::print_header();
     for &size in SIZES {
         let n = iters_for(size, iters);
         let mut rtts = Vec::with_capacity(n);
@@ -79,18 +69,9 @@ async fn client(port: u16, mode: ProgressMode, iters: usize) -> Result<()> {
             }
         }
         assert_eq!(back[..size], out[..size], "echo content");
-        rtts.sort();
-        let p50 = rtts[rtts.len() / 2] / 2;
-        let p99 = rtts[rtts.len() * 99 / 100] / 2;
-        let total: Duration = rtts.iter().sum();
-        let mb_s = (2 * n * size) as f64 / total.as_secs_f64() / 1e6;
-        println!("{size:>9} {n:>7} {:>11.2} µs {:>11.2} µs {mb_s:>9.1} MB/s", us(p50), us(p99));
+        round_trips::print_row(size, rtts);
     }
     ep.close().await
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
