@@ -62,6 +62,16 @@ impl Features {
     pub fn bits(self) -> u64 {
         self.0
     }
+
+    /// Features from raw `UCP_FEATURE_*` bits (as UCX-Py's `Feature` enum gives them); bits
+    /// that name no feature are dropped.
+    pub fn from_bits(bits: u64) -> Features {
+        let all = [Features::TAG, Features::STREAM, Features::AM, Features::RMA, Features::WAKEUP]
+            .into_iter()
+            .chain([Features::AMO32, Features::AMO64])
+            .fold(0, |acc, f| acc | f.0);
+        Features(bits & all)
+    }
 }
 
 impl BitOr for Features {
@@ -193,6 +203,11 @@ impl Context {
             // SAFETY: the context is live and file is an open stream.
             unsafe { sys::ucp_context_print_info(self.inner.handle, file) }
         })
+    }
+
+    /// An opaque identity of the UCX context (its handle, as UCX-Py showed it).
+    pub fn id(&self) -> usize {
+        self.handle() as usize
     }
 
     pub(crate) fn handle(&self) -> sys::ucp_context_h {

@@ -22,18 +22,26 @@ pub struct Owned<B: Send + 'static> {
 }
 
 impl<B: Send + 'static> Owned<B> {
-    fn start(
+    /// Starts an operation on a buffer it owns: `submit` gets the buffer (at an address that
+    /// stays put until UCX is done with it) and submits the operation on it. With
+    /// `cancel_on_drop`, dropping the result unfinished cancels the operation (right for
+    /// receives); otherwise it is left to finish (sends). Either way the buffer is freed only
+    /// once UCX has let go of it.
+    pub fn submit(
         buffer: Box<B>,
         cancel_on_drop: bool,
-        submit: impl FnOnce(&'static mut B) -> Result<Submitted<'static>>,
+        submit: impl for<'b> FnOnce(&'b mut B) -> Result<Submitted<'b>>,
     ) -> Result<Owned<B>> {
         let raw = std::ptr::NonNull::from(Box::leak(buffer));
         // SAFETY: the allocation is reclaimed (Box::from_raw) only after the request completed
         // (into_buffer checks, Drop checks) or by the request's keepalive once UCX is done
         // (detach), so this reference outlives every UCX access; nothing else touches it.
-        let for_ucx: &'static mut B = unsafe { &mut *raw.as_ptr() };
+        let for_ucx: &mut B = unsafe { &mut *raw.as_ptr() };
         let submitted = match submit(for_ucx) {
-            Ok(s) => s,
+            // SAFETY: only the lifetime changes (Submitted's borrow is a PhantomData); the
+            // buffer it borrows lives until the request is released, as argued above, and the
+            // higher-ranked closure cannot have kept the reference.
+            Ok(s) => unsafe { std::mem::transmute::<Submitted<'_>, Submitted<'static>>(s) },
             Err(e) => {
                 // SAFETY: UCX did not take the buffer; reclaim the leaked Box once.
                 drop(unsafe { Box::from_raw(raw.as_ptr()) });
@@ -121,7 +129,7 @@ impl<B> Drop for Reclaim<B> {
 impl Endpoint {
     /// [`Endpoint::tag_send`] on a buffer the operation owns.
     pub fn tag_send_owned<B: SendBuffer + Send + 'static>(&self, buf: B, tag: u64) -> Result<Owned<B>> {
-        Owned::start(Box::new(buf), false, |b| self.tag_send(&*b, tag))
+        Owned::submit(Box::new(buf), false, |b| self.tag_send(&*b, tag))
     }
 }
 
@@ -129,7 +137,7 @@ impl Worker {
     /// [`Worker::tag_recv`] into a buffer the operation owns; dropping it unfinished cancels
     /// the receive without blocking.
     pub fn tag_recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B, tag: u64, mask: u64) -> Result<Owned<B>> {
-        Owned::start(Box::new(buf), true, |b| self.tag_recv(b, tag, mask))
+        Owned::submit(Box::new(buf), true, |b| self.tag_recv(b, tag, mask))
     }
 }
 

@@ -126,6 +126,11 @@ impl Worker {
         &self.inner.context
     }
 
+    /// An opaque identity of the UCX worker (its handle, as UCX-Py's `get_ucp_worker` gave).
+    pub fn id(&self) -> usize {
+        self.handle() as usize
+    }
+
     pub(crate) fn handle(&self) -> sys::ucp_worker_h {
         self.inner.handle
     }

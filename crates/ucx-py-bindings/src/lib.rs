@@ -1,8 +1,30 @@
 //! The pyo3 extension `ucp._ucx_async`: the native half of the Python package `ucp`.
 //!
-//! For now it exposes only what the pure-Python layer needs before UCX is initialised (the
-//! loaded UCX version); the endpoint API is the subject of the Python-package issue.
+//! # Map of the crate
+//! - [`context`]: `Context` (options, features, effective configuration, CUDA support).
+//! - [`worker`]: `Worker` (progress with the GIL released, wakeup fd and arming, worker-wide
+//!   tag receive and probe, flush, fence, active-message allocators, endpoint creation).
+//! - [`endpoint`]: `Endpoint` (tag, stream and active-message operations, peer failure,
+//!   close). [`listener`]: `Listener` and `ConnRequest`.
+//! - [`engine`]: every operation in flight, the events UCX callbacks record, and the drain
+//!   that resolves futures and runs Python callbacks after progress. [`target`]: where one
+//!   operation's outcome goes (asyncio future or callback). [`am`]: active-message routing.
+//! - [`buffer`]: Python buffers (buffer protocol, `__cuda_array_interface__`) without copies.
+//! - [`errors`]: UCX failures as UCX-Py's exception classes.
+//!
+//! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
+//! pure Python in `python/ucp`.
 #![deny(unsafe_op_in_unsafe_fn)]
+
+mod am;
+mod buffer;
+mod context;
+mod endpoint;
+mod engine;
+mod errors;
+mod listener;
+mod target;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -12,8 +34,22 @@ fn get_ucx_version() -> (u32, u32, u32) {
     ucx_core::version::runtime()
 }
 
+/// UCX-Py's `hash64bits` over two unsigned 64-bit ints (the handshake checksum), in Rust.
+#[pyfunction]
+fn hash64bits_u64(a: u64, b: u64) -> u64 {
+    ucx_core::wire::hash64bits(&[a, b])
+}
+
 #[pymodule]
 fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_ucx_version, m)?)?;
+    m.add_function(wrap_pyfunction!(hash64bits_u64, m)?)?;
+    m.add_function(wrap_pyfunction!(context::current_options, m)?)?;
+    m.add_class::<context::Context>()?;
+    m.add_class::<worker::Worker>()?;
+    m.add_class::<endpoint::Endpoint>()?;
+    m.add_class::<listener::Listener>()?;
+    m.add_class::<listener::ConnRequestPy>()?;
+    m.add("FULL_MASK", ucx_core::FULL_MASK)?;
     Ok(())
 }

@@ -1,0 +1,128 @@
+//! Active-message receiving as UCX-Py did it: messages to handler 0 carry a 4-byte memory
+//! type, are received into an object from the allocator registered for that memory type
+//! (host default `bytearray`), and are queued per sender endpoint until an `am_recv` on that
+//! endpoint takes them, first in first out.
+use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
+use ucx_core::{wire, AmMessage, MemoryType, Owned};
+
+use crate::buffer::PyBuf;
+use crate::engine::{lock, Engine, Meta, Name, Sink};
+use crate::errors::{self, Kind};
+use crate::target::{Outcome, Target};
+
+/// The handler id UCX-Py uses.
+pub(crate) const AM_ID: u16 = 0;
+
+/// Receives an arrived message into a freshly allocated object and routes it to its endpoint.
+pub(crate) fn deliver(engine: &Engine, py: Python<'_>, msg: AmMessage) {
+    let Some(handle) = msg.reply_ep() else {
+        // UCX-Py's handler requires a reply endpoint to know whose message it is.
+        return;
+    };
+    let memory_type = wire::am_header::decode(msg.header()).map(|m| MemoryType::from_raw(m as u32));
+    // Eager data is always copied into host memory (as UCX-Py did); rendezvous data goes
+    // straight into memory of the sender's type.
+    let cuda = msg.is_rendezvous() && matches!(memory_type, Ok(MemoryType::Cuda));
+    let obj = match (memory_type, allocate(engine, py, cuda, msg.data_len())) {
+        (Err(e), _) => Err(errors::new(py, Kind::Error, format!("<am_recv>: bad active-message header: {e}"))),
+        (_, Err(e)) => Err(e),
+        (Ok(_), Ok(obj)) => Ok(obj),
+    };
+    let obj = match obj {
+        Ok(obj) => obj,
+        Err(e) => return route(engine, py, handle, Err(e)),
+    };
+    let buf = match PyBuf::writable(obj.bind(py)) {
+        Ok(b) => b,
+        Err(e) => return route(engine, py, handle, Err(e)),
+    };
+    let len = msg.data_len();
+    let submitted = Owned::submit(Box::new(buf), true, |b| msg.recv_into(b));
+    match submitted {
+        Err(e) => route(engine, py, handle, Err(errors::from_core(py, &e))),
+        Ok(owned) => {
+            let meta = Meta {
+                expect_len: Some(len),
+                ep: None,
+                name: Name::Given("am_recv".into()),
+                stream_recv: false,
+                value: Some(obj),
+            };
+            engine.track_with(py, owned, Sink::AmRoute(handle), meta);
+        }
+    }
+}
+
+fn allocate(engine: &Engine, py: Python<'_>, cuda: bool, len: usize) -> PyResult<Py<PyAny>> {
+    let allocator = lock(&engine.am).allocators[usize::from(cuda)].as_ref().map(|a| a.clone_ref(py));
+    match (allocator, cuda) {
+        (Some(a), _) => a.bind(py).call1((len,)).map(Bound::unbind),
+        (None, false) => Ok(PyByteArray::new_with(py, len, |_| Ok(()))?.into_any().unbind()),
+        (None, true) => {
+            Err(errors::new(py, Kind::Error, "<am_recv>: no CUDA allocator registered (register_am_allocator)"))
+        }
+    }
+}
+
+/// Gives a received object (or its failure) to the oldest waiting receive of endpoint
+/// `handle`, or queues it.
+pub(crate) fn route(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome) {
+    let waiter = {
+        let mut am = lock(&engine.am);
+        match am.waiting.get_mut(&handle).and_then(|w| w.pop_front()) {
+            Some(t) => Some(t),
+            None => {
+                am.queued.entry(handle).or_default().push_back(outcome);
+                return;
+            }
+        }
+    };
+    if let Some(t) = waiter {
+        t.resolve(py, outcome);
+    }
+}
+
+/// `am_recv` on endpoint `handle`: the oldest queued message at once, or a wait for the next.
+pub(crate) fn recv(
+    engine: &Engine,
+    py: Python<'_>,
+    handle: usize,
+    on_done: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let queued = lock(&engine.am).queued.get_mut(&handle).and_then(|q| q.pop_front());
+    if let Some(outcome) = queued {
+        return match on_done {
+            Some(cb) => {
+                Target::Callback(cb.clone().unbind()).resolve(py, outcome);
+                Ok(None)
+            }
+            None => Target::ready(py, outcome).map(Some),
+        };
+    }
+    let (target, ret) = Target::new(py, on_done)?;
+    lock(&engine.am).waiting.entry(handle).or_default().push_back(target);
+    engine.needs_progress(py);
+    Ok(ret)
+}
+
+/// Whether a message from endpoint `handle` is waiting to be received.
+pub(crate) fn probe(engine: &Engine, handle: usize) -> bool {
+    lock(&engine.am).queued.get(&handle).is_some_and(|q| !q.is_empty())
+}
+
+/// Fails every receive waiting on endpoint `handle` with `UCXCanceled(msg)`; returns how many.
+pub(crate) fn fail_waiting(engine: &Engine, py: Python<'_>, handle: usize, msg: &str) -> usize {
+    let waiting = lock(&engine.am).waiting.remove(&handle).unwrap_or_default();
+    let n = waiting.len();
+    for t in waiting {
+        t.resolve(py, Err(errors::new(py, Kind::Canceled, msg)));
+    }
+    n
+}
+
+/// Forgets messages queued for a closed endpoint (a new endpoint may reuse the handle).
+pub(crate) fn forget(engine: &Engine, handle: usize) {
+    let mut am = lock(&engine.am);
+    am.queued.remove(&handle);
+}

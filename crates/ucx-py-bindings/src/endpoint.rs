@@ -1,0 +1,280 @@
+//! `Endpoint`: a UCX endpoint as UCX-Py's `UCXEndpoint` — tag, stream and active-message
+//! operations returning futures, peer-failure state (`is_alive`, `raise_on_error`), the close
+//! callback, and `close()`, which cancels what is in flight on it and closes it.
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use ucx_core::{wire, AmSendOptions, CloseMode, EndpointParams, MemoryType, Owned, SendBuffer, Status, Submitted};
+
+use crate::buffer::PyBuf;
+use crate::engine::{lock, Engine, EpShared, Meta, Name};
+use crate::errors::{self, Kind};
+use crate::worker::meta;
+
+/// How long `close()` waits for a flushing close before leaving it to finish in the background.
+const FLUSH_CLOSE_LIMIT: Duration = Duration::from_secs(5);
+
+#[pyclass(frozen, weakref, module = "ucp._ucx_async")]
+pub(crate) struct Endpoint {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) shared: Arc<EpShared>,
+}
+
+impl Endpoint {
+    /// Creates an endpoint with `make`, wiring UCX's error callback to the engine.
+    pub(crate) fn create(
+        py: Python<'_>,
+        engine: &Arc<Engine>,
+        error_handling: bool,
+        make: impl FnOnce(EndpointParams) -> ucx_core::Result<ucx_core::Endpoint>,
+    ) -> PyResult<Endpoint> {
+        let key = engine.next_key();
+        let events = engine.events.clone();
+        let params = EndpointParams::default()
+            .error_handling(error_handling)
+            .on_error(move |status| lock(&events).ep_errors.push((key, status)));
+        let ep = make(params).map_err(|e| errors::from_core(py, &e))?;
+        let shared = Arc::new(EpShared {
+            key,
+            handle: ep.id(),
+            ep: Mutex::new(Some(ep)),
+            error_handling,
+            failure: Mutex::new(None),
+            close_callback: Mutex::new(None),
+        });
+        lock(&engine.endpoints).insert(key, shared.clone());
+        Ok(Endpoint { engine: engine.clone(), shared })
+    }
+
+    fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
+        lock(&self.shared.ep).clone().ok_or_else(|| errors::new(py, Kind::CloseError, "Endpoint closed"))
+    }
+
+    fn name(&self, what: &'static str, tag: Option<u64>, nbytes: usize, given: Option<String>) -> Name {
+        given.map(Name::Given).unwrap_or(Name::Op { what, ep: self.shared.handle, tag, nbytes })
+    }
+}
+
+/// An active message's data with UCX-Py's 4-byte memory-type header.
+struct AmOut {
+    header: [u8; wire::am_header::LEN],
+    data: PyBuf,
+}
+
+#[pymethods]
+impl Endpoint {
+    /// The `ucp_ep_h`, as an int (stays the same after close).
+    #[getter]
+    fn handle(&self) -> usize {
+        self.shared.handle
+    }
+
+    /// Whether the endpoint is open (not closed with `close()`).
+    #[getter]
+    fn initialized(&self) -> bool {
+        lock(&self.shared.ep).is_some()
+    }
+
+    /// Whether UCX reported the peer failed (always true without error handling).
+    fn is_alive(&self) -> bool {
+        !self.shared.error_handling || self.failure().is_none()
+    }
+
+    /// Raises the failure UCX reported for the peer, if any (`UCXConnectionReset` for a reset,
+    /// `UCXError("Endpoint 0x.. error: {status}")` otherwise).
+    fn raise_on_error(&self, py: Python<'_>) -> PyResult<()> {
+        match self.failure() {
+            None => Ok(()),
+            Some(s) => {
+                let msg = format!("Endpoint {:#x} error: {s}", self.shared.handle);
+                let kind = if s == Status::ConnectionReset { Kind::ConnectionReset } else { Kind::Error };
+                Err(errors::new(py, kind, msg))
+            }
+        }
+    }
+
+    /// Sets the zero-argument callable run (at most once) when the peer fails or the endpoint
+    /// is closed.
+    fn set_close_callback(&self, callback: Py<PyAny>) {
+        *lock(&self.shared.close_callback) = Some(callback);
+    }
+
+    /// `ucp_ep_print_info`.
+    fn info(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.ep(py)?.info())
+    }
+
+    /// `(local, peer)` socket addresses as `(host, port)` tuples, for client-server endpoints.
+    #[allow(clippy::type_complexity)]
+    fn socket_addrs(&self, py: Python<'_>) -> PyResult<(Option<(String, u16)>, Option<(String, u16)>)> {
+        let (l, p) = self.ep(py)?.socket_addrs().map_err(|e| errors::from_core(py, &e))?;
+        let f = |a: Option<std::net::SocketAddr>| a.map(|a| (a.ip().to_string(), a.port()));
+        Ok((f(l), f(p)))
+    }
+
+    /// Sends `buffer` with `tag`.
+    #[pyo3(signature = (buffer, tag, on_done = None, name = None))]
+    fn tag_send(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let name = self.name("Send", Some(tag), buf.len(), name);
+        let submitted = ep.tag_send_owned(buf, tag);
+        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+    }
+
+    /// Receives (worker-wide, as UCX-Py) a message with exactly `tag` into `buffer`, which it
+    /// must fill exactly; closing or losing this endpoint cancels it.
+    #[pyo3(signature = (buffer, tag, on_done = None, name = None))]
+    fn tag_recv(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let nbytes = buf.len();
+        let name = self.name("Recv", Some(tag), nbytes, name);
+        let submitted = self.engine.worker.tag_recv_owned(buf, tag, ucx_core::FULL_MASK);
+        self.engine.track(py, submitted, on_done, meta(name, Some(nbytes), Some(self.shared.key)))
+    }
+
+    /// Sends `buffer` on the stream API.
+    #[pyo3(signature = (buffer, on_done = None, name = None))]
+    fn stream_send(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let name = self.name("Stream send", None, buf.len(), name);
+        let submitted = Owned::submit(Box::new(buf), false, |b| ep.stream_send(&*b));
+        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+    }
+
+    /// Receives exactly `len(buffer)` bytes from the stream API.
+    #[pyo3(signature = (buffer, on_done = None, name = None))]
+    fn stream_recv(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let nbytes = buf.len();
+        let name = self.name("Stream recv", None, nbytes, name);
+        let submitted = Owned::submit(Box::new(buf), true, |b| ep.stream_recv(b));
+        let meta = Meta { expect_len: Some(nbytes), ep: Some(self.shared.key), name, stream_recv: true, value: None };
+        self.engine.track(py, submitted, on_done, meta)
+    }
+
+    /// Sends `buffer` as an active message to UCX-Py's handler, with its memory type.
+    #[pyo3(signature = (buffer, on_done = None, name = None))]
+    fn am_send(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let data = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let memory_type = if data.memory_type() == MemoryType::Cuda { MemoryType::Cuda } else { MemoryType::Host };
+        let name = self.name("AM send", None, data.len(), name);
+        let out = AmOut { header: wire::am_header::encode(memory_type.raw() as i32), data };
+        let options = AmSendOptions { reply: true, ..AmSendOptions::default() };
+        let submitted =
+            Owned::submit(Box::new(out), false, |o| ep.am_send(crate::am::AM_ID, &o.header, &o.data, options));
+        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+    }
+
+    /// Receives the next active message from this endpoint's peer: a future of the object the
+    /// registered allocator made (or None and `on_done(obj, exc)`).
+    #[pyo3(signature = (on_done = None))]
+    fn am_recv(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+        crate::am::recv(&self.engine, py, self.shared.handle, on_done)
+    }
+
+    /// Whether an active message from the peer is waiting to be received.
+    fn am_probe(&self) -> bool {
+        crate::am::probe(&self.engine, self.shared.handle)
+    }
+
+    /// Flushes the endpoint (`ucp_ep_flush_nbx`).
+    #[pyo3(signature = (on_done = None))]
+    fn flush(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let submitted = Owned::submit(Box::new(ep), false, |e| e.flush());
+        self.engine.track(py, submitted, on_done, meta(Name::Given("ep flush".into()), None, Some(self.shared.key)))
+    }
+
+    /// Closes the endpoint without telling the peer (UCX-Py's `abort`): cancels its in-flight
+    /// operations and waiting active-message receives, closes it (flushing if the peer is
+    /// healthy, by force otherwise), and runs the close callback. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(ep) = lock(&self.shared.ep).take() else { return Ok(()) };
+        self.engine.cancel_ops_of(self.shared.key);
+        crate::am::fail_waiting(
+            &self.engine,
+            py,
+            self.shared.handle,
+            "While waiting for am_recv the endpoint was closed",
+        );
+        let force = self.shared.error_handling && (ep.status().is_err() || self.failure().is_some());
+        let mode = if force { CloseMode::Force } else { CloseMode::Flush };
+        let closed = py.allow_threads(|| close_within(&ep, mode));
+        // Deliver the cancellations now, so awaiting tasks see them on their next step.
+        self.engine.progress(py);
+        lock(&self.engine.endpoints).remove(&self.shared.key);
+        crate::am::forget(&self.engine, self.shared.handle);
+        self.shared.run_close_callback(py);
+        closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
+    }
+}
+
+impl Endpoint {
+    fn failure(&self) -> Option<Status> {
+        if let Some(s) = *lock(&self.shared.failure) {
+            return Some(s);
+        }
+        let ep = lock(&self.shared.ep).clone();
+        ep.and_then(|ep| ep.status().err().map(|e| e.status()))
+    }
+}
+
+/// Closes `ep` with `mode`, forcing it if a flushing close has not finished in time.
+fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()> {
+    match ep.close(mode)? {
+        Submitted::Done(_) => Ok(()),
+        Submitted::InFlight(req) => {
+            let deadline = Instant::now() + FLUSH_CLOSE_LIMIT;
+            while !req.is_complete() && Instant::now() < deadline {
+                ep.worker().progress();
+            }
+            if !req.is_complete() {
+                // UCX cannot force a close already under way; let it finish in the background.
+                req.detach(Box::new(()), true);
+                return Ok(());
+            }
+            match req.wait() {
+                // A peer already gone is what closing is for, not a failure to report.
+                Err(e) if matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout) => Ok(()),
+                r => r.map(drop),
+            }
+        }
+    }
+}

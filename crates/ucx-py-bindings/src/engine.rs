@@ -1,0 +1,368 @@
+//! The engine behind one Python-visible worker: every operation in flight (UCXX's
+//! `inflight_requests`), the events UCX callbacks report, and `drain`, which turns both into
+//! resolved futures and Python callbacks.
+//!
+//! UCX callbacks run inside `ucp_worker_progress` with the GIL released; they never touch
+//! Python. They only record (a completed operation's id, a failed endpoint, a connection
+//! request, an active message) under short locks. `drain` runs afterwards on the progressing
+//! thread with the GIL held and calls into Python with no lock held, so Python code it runs
+//! may submit operations or progress again.
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+use pyo3::prelude::*;
+use ucx_core::{AmMessage, Completion, ConnRequest, Owned, Status};
+
+use crate::buffer;
+use crate::errors::{self, Kind};
+use crate::target::{py_true, Outcome, Target};
+
+/// Locks a mutex, tolerating poisoning (a panic elsewhere must not wedge the worker).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An operation UCX may still be working on, whatever its buffer type.
+pub(crate) trait Pending: Send {
+    fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<ucx_core::Result<Completion>>;
+    fn cancel(&self);
+}
+
+impl<B: Send + 'static> Pending for Owned<B> {
+    fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<ucx_core::Result<Completion>> {
+        self.poll_complete(cx)
+    }
+    fn cancel(&self) {
+        Owned::cancel(self)
+    }
+}
+
+/// How a finished operation's success is checked and reported.
+pub(crate) struct Meta {
+    /// Receives: the exact length expected (UCX-Py refuses shorter messages too).
+    pub(crate) expect_len: Option<usize>,
+    /// The endpoint whose closing or failure cancels the operation.
+    pub(crate) ep: Option<u64>,
+    /// The operation's name in error messages (`"<{name}>: ..."`).
+    pub(crate) name: Name,
+    /// Stream receives report connection statuses by name.
+    pub(crate) stream_recv: bool,
+    /// What success resolves to (default `True`).
+    pub(crate) value: Option<Py<PyAny>>,
+}
+
+/// An operation's name for error messages, formatted only when one is raised.
+pub(crate) enum Name {
+    Given(String),
+    Op { what: &'static str, ep: usize, tag: Option<u64>, nbytes: usize },
+}
+
+impl Name {
+    fn render(&self) -> String {
+        match self {
+            Name::Given(s) => s.clone(),
+            Name::Op { what, ep, tag: Some(tag), nbytes } => {
+                format!("[{what}] ep: {ep:#x}, tag: {tag:#x}, nbytes: {nbytes}")
+            }
+            Name::Op { what, ep, tag: None, nbytes } => format!("[{what}] ep: {ep:#x}, nbytes: {nbytes}"),
+        }
+    }
+}
+
+struct Op {
+    pending: Box<dyn Pending>,
+    sink: Sink,
+    meta: Meta,
+}
+
+/// Where an operation's outcome goes.
+pub(crate) enum Sink {
+    /// To Python: a future or callback.
+    Target(Target),
+    /// To the active-message queue of the sender's endpoint (a rendezvous message fetched).
+    AmRoute(usize),
+}
+
+impl Sink {
+    fn deliver(self, engine: &Engine, py: Python<'_>, outcome: Outcome) {
+        match self {
+            Sink::Target(t) => t.resolve(py, outcome),
+            Sink::AmRoute(handle) => crate::am::route(engine, py, handle, outcome),
+        }
+    }
+}
+
+/// Ids of operations whose completion callback has run, filled by their wakers.
+#[derive(Default)]
+struct DoneQueue(Mutex<Vec<u64>>);
+
+struct OpWaker {
+    id: u64,
+    done: Arc<DoneQueue>,
+}
+
+impl Wake for OpWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        lock(&self.done.0).push(self.id);
+    }
+}
+
+/// What UCX callbacks report besides completions.
+#[derive(Default)]
+pub(crate) struct Events {
+    pub(crate) ep_errors: Vec<(u64, Status)>,
+    pub(crate) conns: Vec<(Arc<Py<PyAny>>, ConnRequest)>,
+    pub(crate) am: Vec<AmMessage>,
+}
+
+/// A Python endpoint's shared state, reachable from the engine by key.
+pub(crate) struct EpShared {
+    pub(crate) key: u64,
+    pub(crate) handle: usize,
+    pub(crate) ep: Mutex<Option<ucx_core::Endpoint>>,
+    pub(crate) error_handling: bool,
+    /// The failure UCX reported for the peer, kept after the endpoint is closed.
+    pub(crate) failure: Mutex<Option<Status>>,
+    pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
+}
+
+impl EpShared {
+    /// Runs the close callback, at most once over the endpoint's life.
+    pub(crate) fn run_close_callback(&self, py: Python<'_>) {
+        let cb = lock(&self.close_callback).take();
+        if let Some(cb) = cb {
+            if let Err(e) = cb.bind(py).call0() {
+                e.write_unraisable(py, None);
+            }
+        }
+    }
+}
+
+/// Arrived active messages, by the sender's endpoint handle, and receivers waiting for them.
+#[derive(Default)]
+pub(crate) struct AmRouting {
+    /// Allocators by memory type: `[host, cuda]`; host defaults to `bytearray`.
+    pub(crate) allocators: [Option<Py<PyAny>>; 2],
+    pub(crate) queued: HashMap<usize, VecDeque<Outcome>>,
+    pub(crate) waiting: HashMap<usize, VecDeque<Target>>,
+}
+
+pub(crate) struct Engine {
+    pub(crate) worker: ucx_core::Worker,
+    /// Whether the context loaded a CUDA transport.
+    pub(crate) cuda_support: bool,
+    ops: Mutex<HashMap<u64, Op>>,
+    done: Arc<DoneQueue>,
+    pub(crate) events: Arc<Mutex<Events>>,
+    pub(crate) endpoints: Mutex<HashMap<u64, Arc<EpShared>>>,
+    pub(crate) am: Mutex<AmRouting>,
+    next_id: AtomicU64,
+    /// Called (once until the next `run`) when an operation needs progress the event loop
+    /// might otherwise never give it: the blocking-mode driver's `schedule`.
+    pub(crate) progress_hook: Mutex<Option<Py<PyAny>>>,
+    hook_pending: AtomicBool,
+    /// Operations canceled because their endpoint failed (UCX-Py's
+    /// `cancel_inflight_messages` count).
+    pub(crate) canceled_on_error: AtomicU64,
+}
+
+impl Engine {
+    pub(crate) fn new(worker: ucx_core::Worker, cuda_support: bool) -> Engine {
+        Engine {
+            worker,
+            cuda_support,
+            ops: Mutex::default(),
+            done: Arc::default(),
+            events: Arc::default(),
+            endpoints: Mutex::default(),
+            am: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            progress_hook: Mutex::default(),
+            hook_pending: AtomicBool::new(false),
+            canceled_on_error: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn next_key(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Takes a submitted operation: finished inline, it is checked and `Ok(None)` returned (or
+    /// its length error raised); in flight, it is tracked and the future (or `None` for a
+    /// callback target) returned.
+    pub(crate) fn track<B: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        submitted: ucx_core::Result<Owned<B>>,
+        on_done: Option<&Bound<'_, PyAny>>,
+        meta: Meta,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let mut owned = submitted.map_err(|e| errors::from_core(py, &e))?;
+        let id = self.next_key();
+        let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
+        if let Poll::Ready(r) = owned.poll_complete(&mut TaskContext::from_waker(&waker)) {
+            lock(&self.done.0).retain(|d| *d != id);
+            drop(owned);
+            buffer::release_deferred(py);
+            return outcome(py, r, &meta).map(|_| None);
+        }
+        let (target, ret) = Target::new(py, on_done)?;
+        lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink: Sink::Target(target), meta });
+        self.needs_progress(py);
+        Ok(Some(ret.unwrap_or_else(|| py.None())))
+    }
+
+    /// Tracks an operation whose outcome goes to `sink` (rendezvous active messages,
+    /// delivered to their endpoint's queue).
+    pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, owned: Owned<B>, sink: Sink, meta: Meta) {
+        let mut owned = owned;
+        let id = self.next_key();
+        let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
+        if let Poll::Ready(r) = owned.poll_complete(&mut TaskContext::from_waker(&waker)) {
+            lock(&self.done.0).retain(|d| *d != id);
+            sink.deliver(self, py, outcome(py, r, &meta));
+            return;
+        }
+        lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink, meta });
+        self.needs_progress(py);
+    }
+
+    /// Asks the event-loop driver for a progress pass, once until it runs.
+    pub(crate) fn needs_progress(&self, py: Python<'_>) {
+        if self.hook_pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let hook = lock(&self.progress_hook).as_ref().map(|h| h.clone_ref(py));
+        if let Some(hook) = hook {
+            if let Err(e) = hook.bind(py).call0() {
+                e.write_unraisable(py, None);
+            }
+        }
+    }
+
+    /// The driver is running: later submissions must ask again.
+    pub(crate) fn hook_ran(&self) {
+        self.hook_pending.store(false, Ordering::Release);
+    }
+
+    /// Progresses the worker until it has nothing more to do, with the GIL released, then
+    /// delivers everything that happened. Returns whether anything was delivered.
+    pub(crate) fn progress(&self, py: Python<'_>) -> bool {
+        let worker = &self.worker;
+        py.allow_threads(|| while worker.progress() != 0 {});
+        self.drain(py)
+    }
+
+    /// Delivers completions and events to Python until none are left. Returns whether any
+    /// were delivered.
+    pub(crate) fn drain(&self, py: Python<'_>) -> bool {
+        let mut any = false;
+        loop {
+            buffer::release_deferred(py);
+            let events = std::mem::take(&mut *lock(&self.events));
+            let ids = std::mem::take(&mut *lock(&self.done.0));
+            if ids.is_empty() && events.ep_errors.is_empty() && events.conns.is_empty() && events.am.is_empty() {
+                buffer::release_deferred(py);
+                return any;
+            }
+            any = true;
+            for id in ids {
+                self.finish(py, id);
+            }
+            for (key, status) in events.ep_errors {
+                self.on_ep_error(py, key, status);
+            }
+            for msg in events.am {
+                crate::am::deliver(self, py, msg);
+            }
+            for (callback, request) in events.conns {
+                let request = crate::listener::ConnRequestPy::wrap(request);
+                if let Err(e) = Py::new(py, request).and_then(|r| callback.bind(py).call1((r,))) {
+                    e.write_unraisable(py, None);
+                }
+            }
+        }
+    }
+
+    fn finish(&self, py: Python<'_>, id: u64) {
+        let Some(mut op) = lock(&self.ops).remove(&id) else { return };
+        // The waker only matters for a stale wake-up (the operation still running), which UCX
+        // completions never cause; then the operation goes back to wait.
+        let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
+        match op.pending.poll(&mut TaskContext::from_waker(&waker)) {
+            Poll::Ready(r) => {
+                let out = outcome(py, r, &op.meta);
+                op.sink.deliver(self, py, out);
+            }
+            Poll::Pending => {
+                lock(&self.ops).insert(id, op);
+            }
+        }
+    }
+
+    /// Cancels every operation registered on endpoint `key`. Their futures fail with
+    /// `UCXCanceled` once UCX reports the cancellation (a drain later). Returns how many.
+    pub(crate) fn cancel_ops_of(&self, key: u64) -> u64 {
+        let ops = lock(&self.ops);
+        let mut n = 0;
+        for op in ops.values().filter(|op| op.meta.ep == Some(key)) {
+            op.pending.cancel();
+            n += 1;
+        }
+        n
+    }
+
+    /// A peer failed: record it, cancel the endpoint's operations and waiting active-message
+    /// receives, and run its close callback (UCX-Py's blocking-mode semantics, in both modes).
+    fn on_ep_error(&self, py: Python<'_>, key: u64, status: Status) {
+        let shared = lock(&self.endpoints).get(&key).cloned();
+        let Some(shared) = shared else { return };
+        lock(&shared.failure).get_or_insert(status);
+        let n = self.cancel_ops_of(key);
+        self.canceled_on_error.fetch_add(n, Ordering::Relaxed);
+        crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+        shared.run_close_callback(py);
+    }
+
+    /// How many operations are in flight.
+    pub(crate) fn inflight(&self) -> usize {
+        lock(&self.ops).len()
+    }
+
+    /// Cancels everything in flight and progresses until UCX has finished with all of it
+    /// (used when the worker is closed).
+    pub(crate) fn cancel_all(&self, py: Python<'_>) {
+        for op in lock(&self.ops).values() {
+            op.pending.cancel();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while self.inflight() > 0 && std::time::Instant::now() < deadline {
+            self.progress(py);
+        }
+        // What UCX would not cancel is dropped: its buffer stays alive until UCX lets go.
+        let rest = std::mem::take(&mut *lock(&self.ops));
+        for (_, op) in rest {
+            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")));
+        }
+    }
+}
+
+/// A finished operation's outcome: length checked against what was expected.
+fn outcome(py: Python<'_>, r: ucx_core::Result<Completion>, meta: &Meta) -> Outcome {
+    match r {
+        Ok(c) => match meta.expect_len {
+            Some(n) if c.length != n => Err(errors::new(
+                py,
+                Kind::MsgTruncated,
+                format!("<{}>: length mismatch: {} (got) != {} (expected)", meta.name.render(), c.length, n),
+            )),
+            _ => Ok(meta.value.as_ref().map(|v| v.clone_ref(py)).unwrap_or_else(|| py_true(py))),
+        },
+        Err(e) => Err(errors::from_status(py, &meta.name.render(), e.status(), meta.stream_recv)),
+    }
+}

@@ -1,0 +1,105 @@
+//! Where a finished operation's outcome goes: an asyncio future, or a plain callback (the
+//! low-level `ucx_api` convention). Futures are resolved in place when the thread that
+//! progressed the worker runs the future's loop, and through `call_soon_threadsafe` otherwise,
+//! so several threads and event loops can share one worker.
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBool, PyCFunction, PyTuple};
+
+static GET_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static PEEK_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+
+/// The outcome a target receives: a value or an exception.
+pub(crate) type Outcome = Result<Py<PyAny>, PyErr>;
+
+pub(crate) enum Target {
+    /// An asyncio future of `event_loop`.
+    Future { fut: Py<PyAny>, event_loop: Py<PyAny> },
+    /// Called as `callback(value, exception)` (one of them `None`).
+    Callback(Py<PyAny>),
+}
+
+impl Target {
+    /// A target for `on_done` (a callable), or a new future of the running event loop. Returns
+    /// the target and what the submitting call gives back to Python for it (the future, or
+    /// `None` for a callback).
+    pub(crate) fn new(py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<(Target, Option<Py<PyAny>>)> {
+        if let Some(cb) = on_done {
+            return Ok((Target::Callback(cb.clone().unbind()), None));
+        }
+        let get = GET_RUNNING_LOOP.get_or_try_init(py, || {
+            py.import("asyncio").and_then(|m| m.getattr("get_running_loop")).map(Bound::unbind)
+        })?;
+        let event_loop = get.bind(py).call0()?;
+        let fut = event_loop.call_method0(pyo3::intern!(py, "create_future"))?.unbind();
+        Ok((Target::Future { fut: fut.clone_ref(py), event_loop: event_loop.unbind() }, Some(fut)))
+    }
+
+    /// A future of the running loop that is already resolved with `outcome`.
+    pub(crate) fn ready(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
+        let (target, fut) = Target::new(py, None)?;
+        target.resolve(py, outcome);
+        Ok(fut.unwrap_or_else(|| py.None()))
+    }
+
+    /// Delivers `outcome`. Errors raised by the receiver (a closed loop, a callback that
+    /// raises) are reported as unraisable: nobody is waiting to catch them here.
+    pub(crate) fn resolve(self, py: Python<'_>, outcome: Outcome) {
+        let res = match self {
+            Target::Callback(cb) => {
+                let (value, exc) = split(py, outcome);
+                cb.bind(py).call1((value, exc)).map(drop)
+            }
+            Target::Future { fut, event_loop } => resolve_future(py, fut, event_loop, outcome),
+        };
+        if let Err(e) = res {
+            e.write_unraisable(py, None);
+        }
+    }
+}
+
+fn split(py: Python<'_>, outcome: Outcome) -> (Py<PyAny>, Py<PyAny>) {
+    match outcome {
+        Ok(v) => (v, py.None()),
+        Err(e) => (py.None(), e.into_value(py).into_any()),
+    }
+}
+
+fn resolve_future(py: Python<'_>, fut: Py<PyAny>, event_loop: Py<PyAny>, outcome: Outcome) -> PyResult<()> {
+    let peek = PEEK_RUNNING_LOOP
+        .get_or_try_init(py, || py.import("asyncio").and_then(|m| m.getattr("_get_running_loop")).map(Bound::unbind))?;
+    let running = peek.bind(py).call0()?;
+    let (value, exc) = split(py, outcome);
+    if running.is(event_loop.bind(py)) {
+        set(fut.bind(py), value.bind(py), exc.bind(py))
+    } else {
+        // Another thread's loop: hand the result over; ignore a loop that has closed.
+        let setter = PyCFunction::new_closure(py, None, None, |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
+            set(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?)
+        })?;
+        match event_loop.bind(py).call_method1("call_soon_threadsafe", (setter, fut, value, exc)) {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Sets a future's result or exception unless it is already done (e.g. canceled).
+fn set(fut: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, exc: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = fut.py();
+    if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
+        return Ok(());
+    }
+    if exc.is_none() {
+        fut.call_method1(pyo3::intern!(py, "set_result"), (value,))?;
+    } else {
+        fut.call_method1(pyo3::intern!(py, "set_exception"), (exc,))?;
+    }
+    Ok(())
+}
+
+/// Python's `True`, what most operations resolve to (as in UCX-Py).
+pub(crate) fn py_true(py: Python<'_>) -> Py<PyAny> {
+    PyBool::new(py, true).to_owned().into_any().unbind()
+}

@@ -1,0 +1,222 @@
+//! `Worker`: a UCX worker as Python drives it — progress (GIL released), the wakeup fd and
+//! arming for the blocking-mode driver, worker-wide tag receives and probes, flush, fence,
+//! active-message allocators, and creating endpoints and listeners.
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use ucx_core::{Armed, Features, Owned, WorkerAddress, FULL_MASK};
+
+use crate::buffer::PyBuf;
+use crate::context::Context;
+use crate::endpoint::Endpoint;
+use crate::engine::{lock, Engine, Meta, Name};
+use crate::errors;
+use crate::listener::{ConnRequestPy, Listener};
+
+#[pyclass(frozen, weakref, module = "ucp._ucx_async")]
+pub(crate) struct Worker {
+    pub(crate) engine: Arc<Engine>,
+}
+
+#[pymethods]
+impl Worker {
+    /// A worker of `context` (`UCS_THREAD_MODE_MULTI`), with UCX-Py's active-message handler
+    /// when the context has the AM feature.
+    #[new]
+    fn new(py: Python<'_>, context: &Context) -> PyResult<Worker> {
+        let worker = ucx_core::Worker::new(&context.inner).map_err(|e| errors::from_core(py, &e))?;
+        let engine = Arc::new(Engine::new(worker, context.cuda_support()));
+        if context.inner.features().contains(Features::AM) {
+            let events = engine.events.clone();
+            engine
+                .worker
+                .set_am_handler(crate::am::AM_ID, move |msg| lock(&events).am.push(msg))
+                .map_err(|e| errors::from_core(py, &e))?;
+        }
+        Ok(Worker { engine })
+    }
+
+    /// The `ucp_worker_h`, as an int.
+    #[getter]
+    fn handle(&self) -> usize {
+        self.engine.worker.id()
+    }
+
+    /// Progresses until UCX has nothing more to do, then resolves what finished. Returns
+    /// whether anything finished or arrived.
+    fn progress(&self, py: Python<'_>) -> bool {
+        let delivered = self.engine.progress(py);
+        // Whoever progressed outside the driver may have consumed a wake-up the driver was
+        // sleeping on: let it re-arm.
+        self.engine.needs_progress(py);
+        delivered
+    }
+
+    /// One pass of the blocking-mode driver: progress, deliver, and arm the worker, progressing
+    /// again while UCX says it is busy. Returns whether anything was delivered; after it returns
+    /// the wakeup fd becomes readable when there is more to do.
+    fn progress_and_arm(&self, py: Python<'_>) -> PyResult<bool> {
+        self.engine.hook_ran();
+        let mut any = self.engine.progress(py);
+        loop {
+            match self.engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
+                Armed::Armed => return Ok(any),
+                Armed::Busy => any |= self.engine.progress(py),
+            }
+        }
+    }
+
+    /// `ucp_worker_arm`: true if armed, false if there are events to progress first.
+    fn arm(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.engine.worker.arm().map_err(|e| errors::from_core(py, &e))? == Armed::Armed)
+    }
+
+    /// The wakeup file descriptor (`ucp_worker_get_efd`).
+    fn efd(&self, py: Python<'_>) -> PyResult<i32> {
+        self.engine.worker.wakeup_fd().map_err(|e| errors::from_core(py, &e))
+    }
+
+    /// Wakes a thread sleeping on the wakeup fd (`ucp_worker_signal`).
+    fn signal(&self, py: Python<'_>) -> PyResult<()> {
+        self.engine.worker.signal().map_err(|e| errors::from_core(py, &e))
+    }
+
+    /// Sets (or clears, with None) the callable the engine calls when an operation is waiting
+    /// for progress the event loop would not otherwise give it.
+    fn set_progress_hook(&self, hook: Option<Py<PyAny>>) {
+        *lock(&self.engine.progress_hook) = hook;
+    }
+
+    /// The worker's address (`ucp_worker_get_address`), as bytes.
+    fn address<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let addr = self.engine.worker.address().map_err(|e| errors::from_core(py, &e))?;
+        Ok(PyBytes::new(py, addr.as_bytes()))
+    }
+
+    /// `ucp_worker_print_info`.
+    fn info(&self) -> String {
+        self.engine.worker.info()
+    }
+
+    /// `ucp_worker_fence`.
+    fn fence(&self, py: Python<'_>) -> PyResult<()> {
+        self.engine.worker.fence().map_err(|e| errors::from_core(py, &e))
+    }
+
+    /// Flushes every endpoint of the worker (`ucp_worker_flush_nbx`). Returns None if done at
+    /// once, else a future (or None and `on_done(value, exc)` later).
+    #[pyo3(signature = (on_done = None))]
+    fn flush(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+        let worker = self.engine.worker.clone();
+        let submitted = Owned::submit(Box::new(()), false, move |_| worker.flush());
+        let meta = meta(Name::Given("flush".into()), None, None);
+        self.engine.track(py, submitted, on_done, meta)
+    }
+
+    /// Whether a message with exactly `tag` has arrived and waits unclaimed.
+    fn tag_probe(&self, tag: u64) -> bool {
+        self.engine.worker.tag_probe(tag, FULL_MASK).is_some()
+    }
+
+    /// Receives a message with `tag` (under `mask`) into `buffer`, which it must fill exactly.
+    /// Registered on endpoint `ep` if given, so closing or losing `ep` cancels it.
+    #[pyo3(signature = (buffer, tag, mask = FULL_MASK, on_done = None, ep = None, name = None))]
+    #[allow(clippy::too_many_arguments)] // UCX-Py's keyword arguments, one for one
+    fn tag_recv(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        mask: u64,
+        on_done: Option<&Bound<'_, PyAny>>,
+        ep: Option<&Endpoint>,
+        name: Option<String>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let nbytes = buf.len();
+        let ep_key = ep.map(|e| e.shared.key);
+        let name = name.map(Name::Given).unwrap_or(Name::Op {
+            what: "Recv",
+            ep: ep.map_or(0, |e| e.shared.handle),
+            tag: Some(tag),
+            nbytes,
+        });
+        let submitted = self.engine.worker.tag_recv_owned(buf, tag, mask);
+        self.engine.track(py, submitted, on_done, meta(name, Some(nbytes), ep_key))
+    }
+
+    /// Registers the callable that allocates received active messages of a memory type
+    /// (0 host, 1 CUDA); it gets the size in bytes.
+    fn register_am_allocator(&self, allocator: Py<PyAny>, memory_type: i32) -> PyResult<()> {
+        let slot = match memory_type {
+            0 => 0,
+            1 => 1,
+            _ => return Err(PyValueError::new_err(format!("memory type {memory_type} has no allocator slot"))),
+        };
+        lock(&self.engine.am).allocators[slot] = Some(allocator);
+        Ok(())
+    }
+
+    /// How many operations were canceled because their endpoint failed, since the last call
+    /// (UCX-Py's `cancel_inflight_messages`; the cancelling itself happens during progress).
+    fn cancel_inflight_messages(&self) -> u64 {
+        self.engine.canceled_on_error.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many operations are in flight.
+    fn inflight(&self) -> usize {
+        self.engine.inflight()
+    }
+
+    /// Cancels everything in flight and waits (briefly) for UCX to let go of it.
+    fn cancel_all(&self, py: Python<'_>) {
+        self.engine.cancel_all(py);
+    }
+
+    /// Connects to a listener at `ip`:`port` (client-server endpoint).
+    #[pyo3(signature = (ip, port, error_handling = true))]
+    fn connect(&self, py: Python<'_>, ip: &str, port: u16, error_handling: bool) -> PyResult<Endpoint> {
+        let ip: IpAddr = ip.parse().map_err(|_| PyValueError::new_err(format!("not an IP address: {ip:?}")))?;
+        let addr = SocketAddr::new(ip, port);
+        Endpoint::create(py, &self.engine, error_handling, |params| {
+            ucx_core::Endpoint::connect(&self.engine.worker, addr, params)
+        })
+    }
+
+    /// Connects to the worker whose address is `address` (bytes from `Worker.address()`).
+    #[pyo3(signature = (address, error_handling = true))]
+    fn connect_to_worker(&self, py: Python<'_>, address: &[u8], error_handling: bool) -> PyResult<Endpoint> {
+        if address.len() < 8 {
+            return Err(PyValueError::new_err(format!("a UCX worker address is longer than {} bytes", address.len())));
+        }
+        // SAFETY: UCX parses worker addresses without a length; we can only check it is not
+        // trivially short. The bytes came from a worker address (UCX-Py's UCXAddress contract).
+        let address = unsafe { WorkerAddress::from_bytes(address.to_vec()) };
+        Endpoint::create(py, &self.engine, error_handling, |params| {
+            ucx_core::Endpoint::connect_to_worker(&self.engine.worker, &address, params)
+        })
+    }
+
+    /// Accepts a connection request passed to a listener's callback.
+    #[pyo3(signature = (request, error_handling = true))]
+    fn accept(&self, py: Python<'_>, request: &ConnRequestPy, error_handling: bool) -> PyResult<Endpoint> {
+        let req = request.take(py)?;
+        Endpoint::create(py, &self.engine, error_handling, |params| {
+            ucx_core::Endpoint::accept(&self.engine.worker, req, params)
+        })
+    }
+
+    /// Listens on `ip`:`port` (port 0: any free port; ip default: every IPv4 address) and
+    /// calls `callback(conn_request)` from progress for each connection.
+    #[pyo3(signature = (callback, port = 0, ip = None))]
+    fn listen(&self, py: Python<'_>, callback: Py<PyAny>, port: u16, ip: Option<&str>) -> PyResult<Listener> {
+        Listener::bind(py, &self.engine, callback, port, ip)
+    }
+}
+
+pub(crate) fn meta(name: Name, expect_len: Option<usize>, ep: Option<u64>) -> Meta {
+    Meta { expect_len, ep, name, stream_recv: false, value: None }
+}

@@ -1,0 +1,100 @@
+"""How UCX progress is driven from an asyncio event loop.
+
+``BlockingMode`` (the default) sleeps on the worker's wakeup fd with ``loop.add_reader``: each
+pass progresses the worker, resolves what finished, and re-arms the fd (progressing again while
+UCX reports more work), so an idle process uses no CPU and no wake-up is lost. Operations that
+need progress the loop would not otherwise give (submitted after the last arm) ask for a pass
+through a hook the native worker calls. ``NonBlockingMode`` progresses on every loop iteration.
+
+Both hold the worker weakly, so a dropped context is not kept alive by its progress driver.
+"""
+import asyncio
+import weakref
+
+
+class ProgressTask:
+    """A progress driver for one event loop; equal to another for the same loop."""
+
+    def __init__(self, worker, event_loop):
+        self.worker = weakref.ref(worker)
+        self.event_loop = event_loop
+        self.asyncio_task = None
+
+    def __hash__(self):
+        return hash(self.event_loop)
+
+    def __eq__(self, other):
+        return isinstance(other, ProgressTask) and self.event_loop is other.event_loop
+
+    def stop(self):
+        """Stops driving progress on this loop."""
+        if self.asyncio_task is not None:
+            self.asyncio_task.cancel()
+            self.asyncio_task = None
+
+    def __del__(self):
+        try:
+            self.stop()
+        except Exception:  # the loop may already be closed at interpreter exit
+            pass
+
+
+class NonBlockingMode(ProgressTask):
+    """Progresses the worker on every event-loop iteration (lowest latency, one busy core)."""
+
+    def __init__(self, worker, event_loop):
+        super().__init__(worker, event_loop)
+        self.asyncio_task = event_loop.create_task(self._progress_task())
+
+    async def _progress_task(self):
+        while True:
+            worker = self.worker()
+            if worker is None:
+                return
+            worker.progress()
+            del worker
+            await asyncio.sleep(0)
+
+
+class BlockingMode(ProgressTask):
+    """Sleeps on the worker's wakeup fd; progresses and re-arms when it fires or when an
+    operation asks for it."""
+
+    def __init__(self, worker, event_loop, epoll_fd):
+        super().__init__(worker, event_loop)
+        self._fd = epoll_fd
+        self._scheduled = False
+        event_loop.add_reader(epoll_fd, self._run)
+        worker.set_progress_hook(self._schedule)
+        self._schedule()
+
+    def _schedule(self):
+        """Asks for a progress pass before the loop next sleeps (thread-safe)."""
+        if self._scheduled:
+            return
+        self._scheduled = True
+        loop = self.event_loop
+        try:
+            if asyncio._get_running_loop() is loop:
+                loop.call_soon(self._run)
+            else:
+                loop.call_soon_threadsafe(self._run)
+        except RuntimeError:  # loop closed
+            self._scheduled = False
+
+    def _run(self):
+        self._scheduled = False
+        worker = self.worker()
+        if worker is None:
+            self.stop()
+            return
+        worker.progress_and_arm()
+
+    def stop(self):
+        loop = self.event_loop
+        if self._fd is not None and not loop.is_closed():
+            loop.remove_reader(self._fd)
+        self._fd = None
+        worker = self.worker()
+        if worker is not None:
+            worker.set_progress_hook(None)

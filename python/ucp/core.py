@@ -1,0 +1,771 @@
+"""UCX-Py's high-level API: ``ApplicationContext``, ``Endpoint``, ``Listener``, the peer-info
+handshake, the control message, and the module functions that use a lazily created global
+context.
+
+The wire protocol is UCX-Py's (``ucp-compat.md`` §2), bit for bit; listeners can speak UCXX's
+handshake instead, and ``create_endpoint`` detects which one a listener speaks. Every transfer
+is one call into the native extension, which returns ``None`` when UCX finished it inline and
+an asyncio future otherwise.
+"""
+import array
+import asyncio
+import gc
+import logging
+import os
+import re
+import socket
+import struct
+import weakref
+from functools import partial  # noqa: F401  (UCX-Py's namespace had it)
+
+from . import _ucx_async
+from ._libs import ucx_api
+from ._libs.exceptions import (
+    UCXBaseException,
+    UCXCanceled,
+    UCXCloseError,
+    UCXError,
+)
+from .continuous_ucx_progress import BlockingMode, NonBlockingMode
+from .utils import get_event_loop, hash64bits
+
+logger = logging.getLogger("ucx")
+
+# The global application context, created by the first API call that needs it.
+_ctx = None
+
+# Peer-info layouts (native byte order, as UCX-Py packed them).
+_PEER_INFO_UCXPY = struct.Struct("QQQ")  # msg_tag, ctrl_tag, hash64bits(msg_tag, ctrl_tag)
+_PEER_INFO_UCXX = struct.Struct("QQ")  # msg_tag, hash64bits(msg_tag)
+
+WIRE_PROTOCOLS = ("ucx-py", "ucxx")
+
+
+def _default_wire_protocol():
+    value = os.environ.get("UCXPY_WIRE_PROTOCOL", "ucx-py")
+    if value not in WIRE_PROTOCOLS:
+        raise ValueError(f"UCXPY_WIRE_PROTOCOL must be one of {WIRE_PROTOCOLS}, not {value!r}")
+    return value
+
+
+async def _await(fut, timeout=None):
+    """Awaits an operation's future (``None`` means it finished inline)."""
+    if fut is None:
+        return True
+    if timeout is None:
+        return await fut
+    return await asyncio.wait_for(fut, timeout=timeout)
+
+
+async def exchange_peer_info(endpoint, msg_tag, ctrl_tag, listener, connect_timeout=5.0, wire_protocol=None):
+    """Exchanges tags with the peer over the stream API and returns the peer's
+    ``{"msg_tag", "ctrl_tag"}`` (``ctrl_tag`` is ``None`` for a UCXX peer).
+
+    The listener sends first. A listener speaks ``wire_protocol`` (UCX-Py's by default); a
+    client reads 16 bytes and tells UCXX's 16-byte message from UCX-Py's 24-byte one by its
+    checksum, then answers in the same format.
+    """
+    if wire_protocol is None:
+        wire_protocol = "ucx-py"
+    if listener:
+        if wire_protocol == "ucxx":
+            mine = _PEER_INFO_UCXX.pack(msg_tag, hash64bits(msg_tag))
+        else:
+            mine = _PEER_INFO_UCXPY.pack(msg_tag, ctrl_tag, hash64bits(msg_tag, ctrl_tag))
+        await _await(endpoint.stream_send(mine, name="peer info send"), connect_timeout)
+        peer = bytearray(len(mine))
+        await _await(endpoint.stream_recv(peer, name="peer info recv"), connect_timeout)
+        return _check_peer_info(peer, wire_protocol)
+
+    head = bytearray(_PEER_INFO_UCXX.size)
+    await _await(endpoint.stream_recv(head, name="peer info recv"), connect_timeout)
+    peer_msg_tag, second = _PEER_INFO_UCXX.unpack(head)
+    if second == hash64bits(peer_msg_tag):
+        flavour = "ucxx"
+        peer = head
+        mine = _PEER_INFO_UCXX.pack(msg_tag, hash64bits(msg_tag))
+    else:
+        flavour = "ucx-py"
+        rest = bytearray(_PEER_INFO_UCXPY.size - _PEER_INFO_UCXX.size)
+        await _await(endpoint.stream_recv(rest, name="peer info recv"), connect_timeout)
+        peer = head + rest
+        mine = _PEER_INFO_UCXPY.pack(msg_tag, ctrl_tag, hash64bits(msg_tag, ctrl_tag))
+    await _await(endpoint.stream_send(mine, name="peer info send"), connect_timeout)
+    return _check_peer_info(peer, flavour)
+
+
+def _check_peer_info(peer, flavour):
+    if flavour == "ucxx":
+        peer_msg_tag, checksum = _PEER_INFO_UCXX.unpack(peer)
+        expected = hash64bits(peer_msg_tag)
+        peer_ctrl_tag = None
+    else:
+        peer_msg_tag, peer_ctrl_tag, checksum = _PEER_INFO_UCXPY.unpack(peer)
+        expected = hash64bits(peer_msg_tag, peer_ctrl_tag)
+    if expected != checksum:
+        raise RuntimeError(f"Checksum invalid! {hex(expected)} != {hex(checksum)}")
+    return {"msg_tag": peer_msg_tag, "ctrl_tag": peer_ctrl_tag}
+
+
+def _new_tags(ep_handle):
+    seed = os.urandom(16)
+    return hash64bits("msg_tag", seed, ep_handle), hash64bits("ctrl_tag", seed, ep_handle)
+
+
+def _tag_map(msg_tag, ctrl_tag, peer_info):
+    return {
+        "msg_send": peer_info["msg_tag"],
+        "msg_recv": msg_tag,
+        "ctrl_send": peer_info["ctrl_tag"],
+        "ctrl_recv": ctrl_tag if peer_info["ctrl_tag"] is not None else None,
+    }
+
+
+class CtrlMsg:
+    """UCX-Py's control message: ``(opcode, close_after_n_recv)`` as two native u64s, sent on
+    the peer's control tag. Opcode 1 means "shut down after you have received N messages"."""
+
+    fmt = "QQ"
+    nbytes = struct.calcsize(fmt)
+
+    @staticmethod
+    def serialize(opcode, close_after_n_recv):
+        return struct.pack(CtrlMsg.fmt, int(opcode), int(close_after_n_recv))
+
+    @staticmethod
+    def deserialize(serialized_bytes):
+        return struct.unpack(CtrlMsg.fmt, serialized_bytes)
+
+    @staticmethod
+    def handle_ctrl_msg(ep_weakref, log, msg, value, exc):
+        """Acts on a received control message (called when the control receive finishes)."""
+        if exc is not None:
+            # Canceled when the endpoint closed; nothing to do.
+            logger.debug("Control receive ended: %r", exc)
+            return
+        ep = ep_weakref()
+        if ep is None or ep.closed():
+            if ep is not None:
+                ep.abort()
+            return
+        opcode, close_after_n_recv = CtrlMsg.deserialize(msg)
+        if opcode == 1:
+            ep.close_after_n_recv(close_after_n_recv, count_from_ep_creation=True)
+        else:
+            logger.error("Received unknown control opcode: %s", opcode)
+
+    @staticmethod
+    def setup_ctrl_recv(ep):
+        """Posts the receive for the peer's control message."""
+        msg = bytearray(CtrlMsg.nbytes)
+        log = "[Recv shutdown] ep: %s, tag: %s" % (hex(ep.uid), hex(ep._tags["ctrl_recv"]))
+        ep._ep.tag_recv(
+            msg,
+            ep._tags["ctrl_recv"],
+            on_done=partial(CtrlMsg.handle_ctrl_msg, weakref.ref(ep), log, msg),
+            name=log,
+        )
+
+
+async def _listener_handler_coroutine(conn_request, ctx, func, endpoint_error_handling, wire_protocol):
+    # Failures before the user's callback runs (a client that went away, a handshake timeout)
+    # are logged, never left as "Task exception was never retrieved".
+    try:
+        ucx_ep = ctx.worker.accept(conn_request, endpoint_error_handling)
+    except UCXBaseException as e:
+        logger.warning("Accepting a connection failed: %s", e)
+        return
+    msg_tag, ctrl_tag = _new_tags(ucx_ep.handle)
+    try:
+        peer_info = await exchange_peer_info(
+            ucx_ep,
+            msg_tag,
+            ctrl_tag,
+            listener=True,
+            connect_timeout=ctx.connect_timeout,
+            wire_protocol=wire_protocol,
+        )
+    except (UCXBaseException, RuntimeError, asyncio.TimeoutError, asyncio.CancelledError) as e:
+        logger.warning("Handshake with a connecting client failed: %r", e)
+        ucx_ep.close()
+        return
+    ep = Endpoint(endpoint=ucx_ep, ctx=ctx, tags=_tag_map(msg_tag, ctrl_tag, peer_info))
+    logger.debug("_listener_handler() server: %s, msg-tag-send: %s", hex(ep.uid), hex(ep._tags["msg_send"]))
+    if ep._tags["ctrl_recv"] is not None:
+        CtrlMsg.setup_ctrl_recv(ep)
+    if asyncio.iscoroutinefunction(func):
+        await func(ep)
+    else:
+        func(ep)
+
+
+def _listener_handler(conn_request, callback_func, ctx_ref, event_loop, endpoint_error_handling, wire_protocol):
+    ctx = ctx_ref()
+    if ctx is None:
+        conn_request.reject()
+        return
+    coro = _listener_handler_coroutine(conn_request, ctx, callback_func, endpoint_error_handling, wire_protocol)
+    if asyncio._get_running_loop() is event_loop:
+        event_loop.create_task(coro)
+    else:
+        asyncio.run_coroutine_threadsafe(coro, event_loop)
+
+
+class ApplicationContext:
+    """The UCX context, its one worker, and the progress drivers of the event loops using it.
+
+    ``blocking_progress_mode``: sleep on the wakeup fd (default) or poll; default from the
+    environment (``UCXPY_NON_BLOCKING_MODE`` present means polling). ``connect_timeout``: the
+    handshake's time limit in seconds (default ``UCXPY_CONNECT_TIMEOUT`` or 5).
+    """
+
+    def __init__(self, config_dict={}, blocking_progress_mode=None, connect_timeout=None):
+        self.progress_tasks = []
+        self.context = _ucx_async.Context(dict(config_dict))
+        self.worker = _ucx_async.Worker(self.context)
+
+        if blocking_progress_mode is not None:
+            self.blocking_progress_mode = blocking_progress_mode
+        else:
+            self.blocking_progress_mode = "UCXPY_NON_BLOCKING_MODE" not in os.environ
+
+        if connect_timeout is None:
+            self.connect_timeout = float(os.environ.get("UCXPY_CONNECT_TIMEOUT", 5))
+        else:
+            self.connect_timeout = connect_timeout
+
+        self.epoll_fd = self.worker.efd() if self.blocking_progress_mode else None
+        weakref.finalize(self, _stop_progress, self.progress_tasks, self.worker)
+
+        # Progress from the start, so messages can arrive before any endpoint exists.
+        self.continuous_ucx_progress()
+        logger.info(
+            "UCX context created: UCX %s, %s progress mode",
+            "%d.%d.%d" % _ucx_async.get_ucx_version(),
+            "blocking" if self.blocking_progress_mode else "non-blocking",
+        )
+
+    def create_listener(self, callback_func, port=0, endpoint_error_handling=True, ip=None, wire_protocol=None):
+        """Listens on ``port`` (0: any free port) of ``ip`` (default: every IPv4 address) and
+        calls ``callback_func(endpoint)`` (a function or coroutine function) for each client
+        once the handshake is done. ``wire_protocol``: ``"ucx-py"`` (default, or
+        ``UCXPY_WIRE_PROTOCOL``) or ``"ucxx"``."""
+        if wire_protocol is None:
+            wire_protocol = _default_wire_protocol()
+        if wire_protocol not in WIRE_PROTOCOLS:
+            raise ValueError(f"wire_protocol must be one of {WIRE_PROTOCOLS}, not {wire_protocol!r}")
+        self.continuous_ucx_progress()
+        if port is None:
+            port = 0
+        loop = get_event_loop()
+        handler = partial(
+            _listener_handler,
+            callback_func=callback_func,
+            ctx_ref=weakref.ref(self),
+            event_loop=loop,
+            endpoint_error_handling=endpoint_error_handling,
+            wire_protocol=wire_protocol,
+        )
+        return Listener(self.worker.listen(handler, port, ip), self)
+
+    async def create_endpoint(self, ip_address, port, endpoint_error_handling=True):
+        """Connects to a listener and does the handshake; returns an ``Endpoint``."""
+        self.continuous_ucx_progress()
+        ip = _resolve(ip_address)
+        ucx_ep = self.worker.connect(ip, port, endpoint_error_handling)
+        # Progress once at once: many simultaneous connects otherwise stall (UCX-Py PR #504).
+        self.worker.progress()
+        msg_tag, ctrl_tag = _new_tags(ucx_ep.handle)
+        try:
+            peer_info = await exchange_peer_info(
+                ucx_ep, msg_tag, ctrl_tag, listener=False, connect_timeout=self.connect_timeout
+            )
+        except BaseException:
+            ucx_ep.close()
+            raise
+        ep = Endpoint(endpoint=ucx_ep, ctx=self, tags=_tag_map(msg_tag, ctrl_tag, peer_info))
+        logger.debug(
+            "create_endpoint() client: %s, msg-tag-send: %s, msg-tag-recv: %s",
+            hex(ep.uid),
+            hex(ep._tags["msg_send"]),
+            hex(ep._tags["msg_recv"]),
+        )
+        if ep._tags["ctrl_recv"] is not None:
+            CtrlMsg.setup_ctrl_recv(ep)
+        return ep
+
+    async def create_endpoint_from_worker_address(self, address, endpoint_error_handling=True):
+        """An endpoint to the worker at ``address`` (a ``UCXAddress`` or bytes); no handshake,
+        so transfers must use ``force_tag=True``."""
+        self.continuous_ucx_progress()
+        ucx_ep = self.worker.connect_to_worker(bytes(address), endpoint_error_handling)
+        self.worker.progress()
+        return Endpoint(endpoint=ucx_ep, ctx=self, tags=None)
+
+    def continuous_ucx_progress(self, event_loop=None):
+        """Drives progress from ``event_loop`` (default: the current one), once per loop."""
+        loop = event_loop if event_loop is not None else get_event_loop()
+        if any(t.event_loop is loop for t in self.progress_tasks):
+            return
+        if self.blocking_progress_mode:
+            task = BlockingMode(self.worker, loop, self.epoll_fd)
+        else:
+            task = NonBlockingMode(self.worker, loop)
+        self.progress_tasks.append(task)
+
+    def get_ucp_worker(self):
+        return self.worker.handle
+
+    def get_config(self):
+        return self.context.config()
+
+    def ucp_context_info(self):
+        return self.context.info()
+
+    def ucp_worker_info(self):
+        return self.worker.info()
+
+    def fence(self):
+        self.worker.fence()
+
+    async def flush(self):
+        return await _await(self.worker.flush())
+
+    def get_worker_address(self):
+        return ucx_api.UCXAddress.from_worker(self.worker)
+
+    def register_am_allocator(self, allocator, allocator_type):
+        """Sets the callable (taking a size) that allocates received active messages of
+        ``allocator_type`` ("host" or "cuda")."""
+        types = {"host": ucx_api.AllocatorType.HOST, "cuda": ucx_api.AllocatorType.CUDA}
+        if allocator_type not in types:
+            raise UCXError("Allocator type not supported")
+        self.worker.register_am_allocator(allocator, int(types[allocator_type]))
+
+    async def recv(self, buffer, tag):
+        """Receives on the worker (no endpoint) a message with exactly ``tag``."""
+        return await _await(self.worker.tag_recv(buffer, tag))
+
+
+def _stop_progress(progress_tasks, worker):
+    for task in progress_tasks:
+        try:
+            task.stop()
+        except Exception:  # a loop closed at interpreter exit
+            pass
+    progress_tasks.clear()
+    worker.cancel_all()
+
+
+def _resolve(host):
+    """An IP address for ``host`` (IPv4 preferred, as UCX-Py's ``gethostbyname``)."""
+    try:
+        socket.inet_pton(socket.AF_INET, host)
+        return host
+    except OSError:
+        pass
+    try:
+        socket.inet_pton(socket.AF_INET6, host)
+        return host
+    except OSError:
+        pass
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)
+    return infos[0][4][0]
+
+
+class Listener:
+    """A listening socket; ``close()`` or garbage collection stops it (endpoints already made
+    stay open)."""
+
+    def __init__(self, backend, ctx=None):
+        self._b = backend
+        self._ctx = ctx
+
+    def closed(self):
+        return self._b.closed()
+
+    @property
+    def ip(self):
+        """The address listened on (``0.0.0.0`` for every IPv4 address)."""
+        return self._b.ip
+
+    @property
+    def port(self):
+        return self._b.port
+
+    def close(self):
+        """Stops listening."""
+        if self._b is not None:
+            self._b.close()
+            self._ctx = None
+
+
+class Endpoint:
+    """A connection to one peer: tag messages on per-endpoint tags, active messages, and the
+    close protocol. Made by ``create_endpoint``, a listener, or
+    ``create_endpoint_from_worker_address``."""
+
+    def __init__(self, endpoint, ctx, tags=None):
+        self._ep = endpoint
+        self._uid = endpoint.handle
+        self._ctx = ctx
+        self._worker = ctx.worker
+        self._send_count = 0
+        self._recv_count = 0
+        self._finished_recv_count = 0
+        self._shutting_down_peer = False
+        self._close_after_n_recv = None
+        self._tags = tags
+
+    @property
+    def uid(self):
+        """The UCX endpoint handle, as an int (valid after close too)."""
+        return self._uid
+
+    def closed(self):
+        ep = self._ep
+        return ep is None or not ep.initialized or not ep.is_alive()
+
+    @property
+    def alive(self):
+        """Whether the endpoint is open and its peer has not failed (UCXX's ``alive``)."""
+        return not self.closed()
+
+    def abort(self):
+        """Closes the endpoint at once without telling the peer: pending operations on it
+        fail with ``UCXCanceled``; the close callback runs."""
+        if self._ep is not None:
+            logger.debug("Endpoint.abort(): %s", hex(self.uid))
+            self._ep.close()
+        self._ep = None
+        self._ctx = None
+
+    async def close(self):
+        """Tells the peer to close after it has received everything sent so far, then closes."""
+        if self.closed():
+            self.abort()
+            return
+        if self._shutting_down_peer:
+            return
+        self._shutting_down_peer = True
+        try:
+            if self._tags is not None and self._tags.get("ctrl_send") is not None:
+                log = "[Send shutdown] ep: %s, tag: %s, close_after_n_recv: %d" % (
+                    hex(self.uid),
+                    hex(self._tags["ctrl_send"]),
+                    self._send_count,
+                )
+                logger.debug(log)
+                msg = CtrlMsg.serialize(opcode=1, close_after_n_recv=self._send_count)
+                await _await(self._ep.tag_send(msg, self._tags["ctrl_send"], name=log))
+        except UCXError as e:
+            logging.warning("UCX failed closing worker %s (probably already closed): %s" % (hex(self.uid), repr(e)))
+        finally:
+            if not self.closed():
+                self._worker.progress()
+                await asyncio.sleep(0)
+                self.abort()
+
+    def _tag(self, key, tag, force_tag):
+        if force_tag:
+            return tag
+        if self._tags is None:
+            raise UCXError("an endpoint made from a worker address has no tags of its own: pass tag=<int> and force_tag=True")
+        if tag is None:
+            return self._tags[key]
+        return hash64bits(self._tags[key], hash(tag))
+
+    async def send(self, buffer, tag=None, force_tag=False):
+        """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
+        endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
+        self._ep.raise_on_error()
+        if self.closed():
+            raise UCXCloseError("Endpoint closed")
+        tag = self._tag("msg_send", tag, force_tag)
+        self._send_count += 1
+        try:
+            fut = self._ep.tag_send(buffer, tag)
+            if fut is None:
+                return True
+            return await fut
+        except UCXCanceled as e:
+            # Canceled because this endpoint was aborted meanwhile: only then is it an error.
+            if self._ep is None:
+                raise e
+
+    async def recv(self, buffer, tag=None, force_tag=False):
+        """Receives into ``buffer`` (writable, contiguous) a message of exactly its size."""
+        tag = self._tag("msg_recv", tag, force_tag)
+        if not self._worker.tag_probe(tag):
+            self._ep.raise_on_error()
+            if self.closed():
+                raise UCXCloseError("Endpoint closed")
+        self._recv_count += 1
+        fut = self._ep.tag_recv(buffer, tag)
+        ret = True if fut is None else await fut
+        self._finished_recv_count += 1
+        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
+            self.abort()
+        return ret
+
+    async def send_multi(self, buffers, tag=None, force_tag=False):
+        """Sends several frames: their count, their sizes, then each frame (``recv_multi``
+        receives them)."""
+        buffers = list(buffers)
+        sizes = array.array("Q", [_nbytes(b) for b in buffers])
+        await self.send(array.array("Q", [len(buffers)]), tag=tag, force_tag=force_tag)
+        if buffers:
+            await self.send(sizes, tag=tag, force_tag=force_tag)
+        for b in buffers:
+            await self.send(b, tag=tag, force_tag=force_tag)
+
+    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray):
+        """Receives frames sent with ``send_multi``, each into ``allocator(nbytes)``."""
+        count = array.array("Q", [0])
+        await self.recv(count, tag=tag, force_tag=force_tag)
+        if count[0] == 0:
+            return []
+        sizes = array.array("Q", bytes(8 * count[0]))
+        await self.recv(sizes, tag=tag, force_tag=force_tag)
+        frames = []
+        for n in sizes:
+            frame = allocator(n)
+            await self.recv(frame, tag=tag, force_tag=force_tag)
+            frames.append(frame)
+        return frames
+
+    async def am_send(self, buffer):
+        """Sends ``buffer`` as an active message (received with ``am_recv``)."""
+        if self.closed():
+            raise UCXCloseError("Endpoint closed")
+        self._send_count += 1
+        fut = self._ep.am_send(buffer)
+        return True if fut is None else await fut
+
+    async def am_recv(self):
+        """The next active message from the peer, in an object from the registered allocator
+        (``bytearray`` by default for host memory)."""
+        if not self._ep.am_probe():
+            self._ep.raise_on_error()
+            if self.closed():
+                raise UCXCloseError("Endpoint closed")
+        self._recv_count += 1
+        ret = await self._ep.am_recv()
+        self._finished_recv_count += 1
+        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
+            self.abort()
+        return ret
+
+    async def send_obj(self, obj, tag=None):
+        """Sends ``obj`` preceded by its size (8 bytes)."""
+        if not isinstance(obj, (bytes, bytearray, memoryview)) and not hasattr(obj, "__cuda_array_interface__"):
+            obj = memoryview(obj)
+        nbytes = array.array("Q", [_nbytes(obj)])
+        await self.send(nbytes, tag=tag)
+        await self.send(obj, tag=tag)
+
+    async def recv_obj(self, tag=None, allocator=bytearray):
+        """Receives an object sent with ``send_obj`` into ``allocator(size)``."""
+        nbytes = array.array("Q", [0])
+        await self.recv(nbytes, tag=tag)
+        obj = allocator(nbytes[0])
+        await self.recv(obj, tag=tag)
+        return obj
+
+    def close_after_n_recv(self, n, count_from_ep_creation=False):
+        """Closes the endpoint once ``n`` more receives (or ``n`` since creation) finished."""
+        if not count_from_ep_creation:
+            n += self._finished_recv_count
+        if self._close_after_n_recv is not None:
+            raise UCXError("close_after_n_recv has already been set to: %d (abs)" % self._close_after_n_recv)
+        if n == self._finished_recv_count:
+            self.abort()
+        elif n > self._finished_recv_count:
+            self._close_after_n_recv = n
+        else:
+            raise UCXError(
+                "`n` cannot be less than current recv_count: %d (abs) < %d (abs)" % (n, self._finished_recv_count)
+            )
+
+    def set_close_callback(self, callback_func):
+        """Runs ``callback_func()`` once, when the endpoint closes or its peer fails."""
+        self._ep.set_close_callback(callback_func)
+
+    async def flush(self):
+        return await _await(self._ep.flush())
+
+    def cuda_support(self):
+        return self._ctx.context.cuda_support
+
+    def get_ucp_worker(self):
+        return self._ctx.worker.handle
+
+    def get_ucp_endpoint(self):
+        return self._ep.handle
+
+    def ucx_info(self):
+        return self._ep.info()
+
+    @property
+    def local_address(self):
+        """``(host, port)`` of this side of a client-server endpoint, when known."""
+        return self._ep.socket_addrs()[0]
+
+    @property
+    def peer_address(self):
+        """``(host, port)`` of the peer of a client-server endpoint, when known."""
+        return self._ep.socket_addrs()[1]
+
+
+def _cai_nbytes(obj):
+    iface = obj.__cuda_array_interface__
+    n = int(re.sub(r"\D", "", iface["typestr"]) or 1)
+    for d in iface["shape"]:
+        n *= d
+    return n
+
+
+def _nbytes(obj):
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _cai_nbytes(obj)
+    return memoryview(obj).nbytes
+
+
+# --- the module functions, on the global context ---------------------------------------
+
+
+def _get_ctx():
+    global _ctx
+    if _ctx is None:
+        _ctx = ApplicationContext()
+    return _ctx
+
+
+def init(options={}, env_takes_precedence=False, blocking_progress_mode=None, connect_timeout=None):
+    """Initialises UCX with ``options`` (names without ``UCX_``). Raises ``RuntimeError`` if
+    already initialised (call ``reset()`` first)."""
+    global _ctx
+    if _ctx is not None:
+        raise RuntimeError(
+            "UCX is already initiated. Call reset() and init() in order to re-initate UCX with new options."
+        )
+    options = options.copy()
+    for k, v in options.items():
+        env_k = f"UCX_{k}"
+        env_v = os.environ.get(env_k)
+        if env_v is not None:
+            if env_takes_precedence:
+                options[k] = env_v
+                logger.debug(f"Ignoring option {k}={v}; using environment {env_k}={env_v}")
+            else:
+                logger.debug(f"Ignoring environment {env_k}={env_v}; using option {k}={v}")
+    _ctx = ApplicationContext(
+        options, blocking_progress_mode=blocking_progress_mode, connect_timeout=connect_timeout
+    )
+
+
+def reset():
+    """Drops the global context. Raises ``UCXError`` if endpoints or listeners still use it."""
+    global _ctx
+    if _ctx is not None:
+        weakref_ctx = weakref.ref(_ctx)
+        _ctx = None
+        gc.collect()
+        if weakref_ctx() is not None:
+            msg = (
+                "Trying to reset UCX but not all Endpoints and/or Listeners "
+                "are closed(). The following objects are still referencing "
+                "ApplicationContext: "
+            )
+            for o in gc.get_referrers(weakref_ctx()):
+                msg += "\n  %s" % str(o)
+            raise UCXError(msg)
+
+
+def get_ucx_version():
+    """The loaded UCX's ``(major, minor, release)``; does not initialise UCX."""
+    return _ucx_async.get_ucx_version()
+
+
+def progress():
+    """Progresses the worker once (not needed with the automatic progress drivers)."""
+    _get_ctx().worker.progress()
+
+
+def get_config():
+    """UCX's configuration (names without ``UCX_``): the context's if initialised, the
+    environment's otherwise."""
+    if _ctx is None:
+        return ucx_api.get_current_options()
+    return _ctx.get_config()
+
+
+def register_am_allocator(allocator, allocator_type):
+    return _get_ctx().register_am_allocator(allocator, allocator_type)
+
+
+def create_listener(callback_func, port=None, endpoint_error_handling=True, ip=None, wire_protocol=None):
+    return _get_ctx().create_listener(
+        callback_func,
+        port,
+        endpoint_error_handling=endpoint_error_handling,
+        ip=ip,
+        wire_protocol=wire_protocol,
+    )
+
+
+async def create_endpoint(ip_address, port, endpoint_error_handling=True):
+    return await _get_ctx().create_endpoint(ip_address, port, endpoint_error_handling=endpoint_error_handling)
+
+
+async def create_endpoint_from_worker_address(address, endpoint_error_handling=True):
+    return await _get_ctx().create_endpoint_from_worker_address(
+        address, endpoint_error_handling=endpoint_error_handling
+    )
+
+
+def continuous_ucx_progress(event_loop=None):
+    _get_ctx().continuous_ucx_progress(event_loop=event_loop)
+
+
+def get_ucp_worker():
+    return _get_ctx().get_ucp_worker()
+
+
+def get_worker_address():
+    return _get_ctx().get_worker_address()
+
+
+def get_ucx_address_from_buffer(buffer):
+    return ucx_api.UCXAddress.from_buffer(buffer)
+
+
+async def recv(buffer, tag):
+    return await _get_ctx().recv(buffer, tag)
+
+
+def get_ucp_context_info():
+    return _get_ctx().ucp_context_info()
+
+
+def get_ucp_worker_info():
+    return _get_ctx().ucp_worker_info()
+
+
+def get_active_transports():
+    """The transports UCX uses, e.g. ``{"self", "tcp", "sysv", "posix", "cma"}``."""
+    info = get_ucp_context_info()
+    resources = re.findall("^#.*resource.*md.*dev.*flags.*$", info, re.MULTILINE)
+    return set(r.split()[-1].split("/")[0] for r in resources)
+
+
+async def flush():
+    if _ctx is not None:
+        return await _ctx.flush()
+    await asyncio.sleep(0)
+
+
+def fence():
+    if _ctx is not None:
+        _ctx.fence()
