@@ -237,8 +237,14 @@ class ApplicationContext:
         self.epoll_fd = self.worker.efd() if self.blocking_progress_mode else None
         weakref.finalize(self, _stop_progress, self.progress_tasks, self.worker)
 
-        # Progress from the start, so messages can arrive before any endpoint exists.
-        self.continuous_ucx_progress()
+        # Progress from the start, so messages can arrive before any endpoint exists (in a
+        # running loop; otherwise from the first call made in one).
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            self.continuous_ucx_progress()
         logger.info(
             "UCX context created: UCX %s, %s progress mode",
             "%d.%d.%d" % _ucx_async.get_ucx_version(),
@@ -305,6 +311,9 @@ class ApplicationContext:
     def continuous_ucx_progress(self, event_loop=None):
         """Drives progress from ``event_loop`` (default: the current one), once per loop."""
         loop = event_loop if event_loop is not None else get_event_loop()
+        for task in [t for t in self.progress_tasks if t.event_loop.is_closed()]:
+            task.stop()
+            self.progress_tasks.remove(task)
         if any(t.event_loop is loop for t in self.progress_tasks):
             return
         if self.blocking_progress_mode:

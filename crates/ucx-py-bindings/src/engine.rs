@@ -329,6 +329,15 @@ impl Engine {
         shared.run_close_callback(py);
     }
 
+    /// Whether a completion or event is waiting to be delivered.
+    pub(crate) fn has_news(&self) -> bool {
+        if !lock(&self.done.0).is_empty() {
+            return true;
+        }
+        let ev = lock(&self.events);
+        !(ev.ep_errors.is_empty() && ev.conns.is_empty() && ev.am.is_empty())
+    }
+
     /// How many operations are in flight.
     pub(crate) fn inflight(&self) -> usize {
         lock(&self.ops).len()

@@ -3,6 +3,7 @@
 //! active-message allocators, and creating endpoints and listeners.
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -55,16 +56,41 @@ impl Worker {
         delivered
     }
 
-    /// One pass of the blocking-mode driver: progress, deliver, and arm the worker, progressing
-    /// again while UCX says it is busy. Returns whether anything was delivered; after it returns
-    /// the wakeup fd becomes readable when there is more to do.
-    fn progress_and_arm(&self, py: Python<'_>) -> PyResult<bool> {
-        self.engine.hook_ran();
-        let mut any = self.engine.progress(py);
+    /// One pass of the blocking-mode driver: progress and deliver; if nothing arrived while
+    /// operations are in flight, keep progressing (GIL released) for up to `spin_us`
+    /// microseconds, since waking from the fd costs tens of microseconds on a virtual machine.
+    /// Returns true if anything was delivered: the worker is then left unarmed and the driver
+    /// must call again soon (it is busy). Returns false once the worker is armed: the wakeup fd
+    /// becomes readable when there is more to do.
+    #[pyo3(signature = (spin_us = 0))]
+    fn progress_and_arm(&self, py: Python<'_>, spin_us: u64) -> PyResult<bool> {
+        let engine = &self.engine;
+        engine.hook_ran();
+        if engine.progress(py) {
+            return Ok(true);
+        }
+        if spin_us > 0 && engine.inflight() > 0 {
+            let deadline = Instant::now() + Duration::from_micros(spin_us);
+            py.allow_threads(|| {
+                while !engine.has_news() && Instant::now() < deadline {
+                    engine.worker.progress();
+                }
+            });
+            if engine.progress(py) {
+                return Ok(true);
+            }
+        }
         loop {
-            match self.engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
-                Armed::Armed => return Ok(any),
-                Armed::Busy => any |= self.engine.progress(py),
+            match engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
+                Armed::Armed => return Ok(false),
+                Armed::Busy => {
+                    if std::env::var_os("UCXPY_DEBUG_SPIN").is_some() {
+                        eprintln!("busy inflight={}", engine.inflight());
+                    }
+                    if engine.progress(py) {
+                        return Ok(true);
+                    }
+                }
             }
         }
     }

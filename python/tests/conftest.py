@@ -1,0 +1,56 @@
+"""Shared set-up for the ``ucp`` tests: loopback only, and a fresh global context per test in
+each progress mode."""
+import asyncio
+import os
+
+import pytest
+
+# Tests talk over loopback only (the machine may have other interfaces).
+os.environ.setdefault("UCX_NET_DEVICES", "lo")
+os.environ.setdefault("UCXPY_IFNAME", "lo")
+
+import ucp  # noqa: E402
+
+MODES = {"blocking": True, "polling": False}
+
+
+@pytest.fixture(params=list(MODES))
+def progress_mode(request):
+    """Initialises UCX in blocking, then in polling progress mode; resets afterwards."""
+    ucp.reset()
+    ucp.init(blocking_progress_mode=MODES[request.param])
+    yield request.param
+    ucp.reset()
+
+
+@pytest.fixture
+def fresh_ucp():
+    """A reset global context before and after the test (lazily re-created)."""
+    ucp.reset()
+    yield
+    ucp.reset()
+
+
+def run(coro, timeout=30):
+    """Runs a coroutine to completion with a time limit (a hang fails, not blocks)."""
+
+    async def limited():
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(limited())
+
+
+async def pair(handler=None, **listener_kw):
+    """A listener whose callback stores the server endpoint, and a client connected to it.
+    Returns (listener, client endpoint, server endpoint)."""
+    server_ep = asyncio.get_running_loop().create_future()
+
+    async def on_connect(ep):
+        if handler is not None:
+            await handler(ep)
+        if not server_ep.done():
+            server_ep.set_result(ep)
+
+    lf = ucp.create_listener(on_connect, **listener_kw)
+    client = await ucp.create_endpoint("127.0.0.1", lf.port)
+    return lf, client, await server_ep

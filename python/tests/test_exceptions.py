@@ -1,0 +1,108 @@
+"""UCX-Py's exception hierarchy, its re-export as `ucp.exceptions`, and `log_errors`."""
+import io
+import logging
+import pickle
+import warnings
+
+import pytest
+
+import ucp._libs.exceptions as libs_exceptions
+import ucp.exceptions as exceptions
+from ucp.exceptions import (
+    UCXBaseException,
+    UCXCanceled,
+    UCXCloseError,
+    UCXConfigError,
+    UCXConnectionReset,
+    UCXError,
+    UCXMsgTruncated,
+    UCXNotConnected,
+    UCXUnreachable,
+    UCXWarning,
+    log_errors,
+)
+
+NOT_UCXERROR = [UCXCloseError, UCXCanceled, UCXConnectionReset, UCXMsgTruncated, UCXNotConnected, UCXUnreachable]
+
+
+def test_hierarchy():
+    assert UCXBaseException.__bases__ == (Exception,)
+    assert UCXError.__bases__ == (UCXBaseException,)
+    assert UCXConfigError.__bases__ == (UCXError,)
+    assert UCXWarning.__bases__ == (UserWarning,)
+    for cls in NOT_UCXERROR:
+        assert cls.__bases__ == (UCXBaseException,)
+
+
+@pytest.mark.parametrize("cls", NOT_UCXERROR)
+def test_catching_ucxerror_does_not_catch_the_others(cls):
+    # Endpoint.close swallows UCXError only; a cancellation must get through.
+    with pytest.raises(cls):
+        try:
+            raise cls("x")
+        except UCXError:
+            pytest.fail(f"{cls.__name__} was caught as UCXError")
+
+
+def test_config_error_is_a_ucxerror():
+    with pytest.raises(UCXError):
+        raise UCXConfigError("Option FOO doesn't exist")
+
+
+def test_repr_and_str():
+    assert repr(UCXError("x")) == "UCXError('x')"
+    assert repr(UCXCanceled("<[Recv #000] tag: 0x1>: ")) == "UCXCanceled('<[Recv #000] tag: 0x1>: ')"
+    assert str(UCXCloseError("Endpoint closed")) == "Endpoint closed"
+
+
+def test_picklable():
+    e = pickle.loads(pickle.dumps(UCXMsgTruncated("length mismatch: 3 (got) != 100 (expected)")))
+    assert type(e) is UCXMsgTruncated
+    assert e.args == ("length mismatch: 3 (got) != 100 (expected)",)
+
+
+def test_reexported_from_libs():
+    names = set(libs_exceptions.__all__)
+    assert "log_errors" in names
+    assert len(names) == 11
+    for name in names:
+        assert getattr(exceptions, name) is getattr(libs_exceptions, name)
+
+
+@pytest.fixture
+def ucx_log():
+    logger = logging.getLogger("ucx")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    saved_level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield stream
+    logger.removeHandler(handler)
+    logger.setLevel(saved_level)
+
+
+def test_log_errors_swallows_and_logs(ucx_log):
+    with log_errors():
+        raise UCXError("boom")
+    text = ucx_log.getvalue()
+    assert "boom" in text
+    assert "Traceback" in text and "UCXError" in text
+
+
+def test_log_errors_reraises(ucx_log):
+    with pytest.raises(KeyError):
+        with log_errors(reraise_exception=True):
+            raise KeyError("k")
+    assert "KeyError" in ucx_log.getvalue()
+
+
+def test_log_errors_quiet_without_error(ucx_log):
+    with log_errors():
+        pass
+    assert ucx_log.getvalue() == ""
+
+
+def test_warning_category():
+    with pytest.warns(UCXWarning, match="careful"):
+        warnings.warn("careful", UCXWarning)

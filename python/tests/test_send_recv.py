@@ -1,0 +1,162 @@
+"""Tag send/receive between two endpoints: every buffer kind and size, exact-size receives and
+their errors, user tags, send_obj/recv_obj, send_multi/recv_multi — in both progress modes."""
+import asyncio
+import re
+
+import numpy as np
+import pytest
+
+import ucp
+from conftest import pair, run
+
+SIZES = [0, 1, 8, 100, 8192, 65536, 1 << 20, 16 << 20]
+DTYPES = ["u1", "i2", "i4", "i8", "f4", "f8", "c16"]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_bytes_both_ways(progress_mode, size):
+    async def main():
+        lf, client, server = await pair()
+        msg = bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8))
+        got = bytearray(size)
+        # Rendezvous sends finish only once the receive is posted: run both at once.
+        await asyncio.gather(client.send(msg), server.recv(got))
+        assert got == msg
+        echo = bytearray(size)
+        await asyncio.gather(server.send(memoryview(got)), client.recv(memoryview(echo)))
+        assert echo == msg
+        await client.close()
+        lf.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numpy_arrays(progress_mode, dtype):
+    async def main():
+        lf, client, server = await pair()
+        a = (np.arange(3 * 1000) % 127).astype(dtype).reshape(3, 1000)
+        b = np.zeros_like(a)
+        await asyncio.gather(client.send(a), server.recv(b))
+        np.testing.assert_array_equal(a, b)
+        # Fortran order is contiguous too.
+        f = np.asfortranarray(a)
+        g = np.zeros_like(f, order="F")
+        await asyncio.gather(client.send(f), server.recv(g))
+        np.testing.assert_array_equal(f, g)
+        await client.close()
+        lf.close()
+
+    run(main())
+
+
+def test_shorter_message_is_a_length_mismatch(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        await client.send(b"abc")
+        with pytest.raises(ucp.exceptions.UCXMsgTruncated, match=r"length mismatch: 3 \(got\) != 100 \(expected\)"):
+            await server.recv(bytearray(100))
+        lf.close()
+
+    run(main())
+
+
+def test_longer_message_is_truncated_not_cut(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        buf = bytearray(10)
+        recv = server.recv(buf)
+        await client.send(bytes(100))
+        with pytest.raises(ucp.exceptions.UCXError, match="Message truncated"):
+            await recv
+        lf.close()
+
+    run(main())
+
+
+def test_bad_buffers_are_refused_with_clear_errors(fresh_ucp):
+    async def main():
+        lf, client, server = await pair()
+        with pytest.raises(ValueError, match="writing to readonly buffer!"):
+            await server.recv(b"immutable")
+        with pytest.raises(ValueError, match="Array must be C or F contiguous"):
+            await client.send(np.arange(10)[::2])
+        with pytest.raises(TypeError, match="buffer protocol"):
+            await client.send(12345)
+        lf.close()
+
+    run(main())
+
+
+def test_user_tags_keep_messages_apart(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        await client.send(b"one", tag=1)
+        await client.send(b"two", tag="two")
+        await client.send(b"raw", tag=0xDEADBEEF, force_tag=True)
+        # Tags were hashed with the endpoint's own: a plain receive does not see them.
+        assert not server._ctx.worker.tag_probe(server._tags["msg_recv"])
+        got = bytearray(3)
+        await server.recv(got, tag="two")
+        assert got == b"two"
+        await server.recv(got, tag=1)
+        assert got == b"one"
+        # A forced tag is sent as is; the receiver forces the same value.
+        await server.recv(got, tag=0xDEADBEEF, force_tag=True)
+        assert got == b"raw"
+        lf.close()
+
+    run(main())
+
+
+def test_send_obj_recv_obj(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        await client.send_obj(b"hello world")
+        assert bytes(await server.recv_obj()) == b"hello world"
+        _, got = await asyncio.gather(
+            server.send_obj(np.arange(10, dtype="f8")), client.recv_obj(allocator=lambda n: np.empty(n, dtype="u1"))
+        )
+        np.testing.assert_array_equal(got.view("f8"), np.arange(10, dtype="f8"))
+        lf.close()
+
+    run(main())
+
+
+def test_send_multi_recv_multi(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        frames = [b"a", bytes(100_000), np.arange(7, dtype="i4")]
+        _, got = await asyncio.gather(client.send_multi(frames), server.recv_multi())
+        assert [bytes(g) for g in got] == [b"a", bytes(100_000), np.arange(7, dtype="i4").tobytes()]
+        await client.send_multi([])
+        assert await server.recv_multi() == []
+        lf.close()
+
+    run(main())
+
+
+def test_tags_match_the_peer(fresh_ucp):
+    async def main():
+        lf, client, server = await pair()
+        assert client._tags["msg_send"] == server._tags["msg_recv"]
+        assert client._tags["msg_recv"] == server._tags["msg_send"]
+        assert client._tags["ctrl_send"] == server._tags["ctrl_recv"]
+        assert client._tags["ctrl_recv"] == server._tags["ctrl_send"]
+        lf.close()
+
+    run(main())
+
+
+def test_an_inline_receive_still_checks_the_length(fresh_ucp):
+    async def main():
+        lf, client, server = await pair()
+        await client.send(b"xy")
+        # Let the message arrive before the receive is posted, so it completes inline.
+        while not server._ctx.worker.tag_probe(server._tags["msg_recv"]):
+            await asyncio.sleep(0.001)
+        with pytest.raises(ucp.exceptions.UCXMsgTruncated, match=re.escape("2 (got) != 5 (expected)")):
+            await server.recv(bytearray(5))
+        lf.close()
+
+    run(main())
