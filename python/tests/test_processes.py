@@ -1,0 +1,153 @@
+"""Across processes: a peer killed mid-receive, spawned peers, UCXX-flavour listeners, and a
+Rust ucx-async peer (the `echo` example) in both directions."""
+import asyncio
+import multiprocessing
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ucp
+from conftest import run
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _connect_then_wait(port, q):
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        await ep.send(b"hi")
+        q.put("connected")
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+
+
+def test_killed_peer_cancels_pending_receive(progress_mode):
+    spawn = multiprocessing.get_context("spawn")
+    q = spawn.Queue()
+
+    async def main():
+        server_ep = asyncio.get_running_loop().create_future()
+
+        async def handler(ep):
+            server_ep.set_result(ep)
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=_connect_then_wait, args=(lf.port, q))
+        proc.start()
+        try:
+            ep = await server_ep
+            await ep.recv(bytearray(2))
+            assert await asyncio.get_running_loop().run_in_executor(None, q.get, True, 30) == "connected"
+            pending = asyncio.ensure_future(ep.recv(bytearray(8)))
+            await asyncio.sleep(0.05)
+            os.kill(proc.pid, signal.SIGKILL)
+            with pytest.raises((ucp.exceptions.UCXCanceled, ucp.exceptions.UCXConnectionReset, ucp.exceptions.UCXError)):
+                await asyncio.wait_for(pending, 20)
+            assert ep.closed()
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+
+    run(main(), timeout=60)
+
+
+def test_ucxx_flavour_listener_and_detecting_client(fresh_ucp, monkeypatch):
+    async def main():
+        got = asyncio.get_running_loop().create_future()
+
+        async def handler(ep):
+            buf = np.empty(4, dtype="i4")
+            await ep.recv(buf)
+            await ep.send(buf * 2)
+            got.set_result(ep)
+
+        lf = ucp.create_listener(handler, wire_protocol="ucxx")
+        ep = await ucp.create_endpoint("127.0.0.1", lf.port)
+        assert ep._tags["ctrl_send"] is None  # a UCXX peer has no control channel
+        back = np.empty(4, dtype="i4")
+        await ep.send(np.arange(4, dtype="i4"))
+        await ep.recv(back)
+        np.testing.assert_array_equal(back, np.arange(4) * 2)
+        server = await got
+        assert server._tags["ctrl_recv"] is None
+        await ep.close()
+        lf.close()
+
+    run(main())
+    monkeypatch.setenv("UCXPY_WIRE_PROTOCOL", "nonsense")
+    with pytest.raises(ValueError, match="UCXPY_WIRE_PROTOCOL"):
+        ucp.create_listener(lambda ep: None)
+
+
+def rust_echo():
+    """The ucx-async echo example, built if `cargo test` has not built it already."""
+    exe = ROOT / "target" / "debug" / "examples" / "echo"
+    if not exe.exists():
+        subprocess.run(["cargo", "build", "-q", "-p", "ucx-async", "--example", "echo"], cwd=ROOT, check=True)
+    return str(exe)
+
+
+# The echo example's schedule with --iters 1: sizes and round trips per size (100 warm-up).
+ECHO_SCHEDULE = [(8, 101), (1024, 101), (65536, 200), (1 << 20, 200)]
+
+
+def test_python_client_rust_server(progress_mode):
+    server = subprocess.Popen([rust_echo(), "--server", "--iters", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline().split()[1])
+
+        async def main():
+            ep = await ucp.create_endpoint("127.0.0.1", port)
+            for size, n in ECHO_SCHEDULE:
+                out = np.random.default_rng(size).integers(0, 256, size, dtype="u1")
+                back = np.empty_like(out)
+                for _ in range(n):
+                    await asyncio.gather(ep.send(out), ep.recv(back))
+                np.testing.assert_array_equal(out, back)
+            await ep.close()
+
+        run(main(), timeout=60)
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_rust_client_python_server(progress_mode):
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+
+        async def echo(ep):
+            try:
+                for size, n in ECHO_SCHEDULE:
+                    buf = bytearray(size)
+                    for _ in range(n):
+                        await ep.recv(buf)
+                        await ep.send(buf)
+                # The Rust client closes with UCX-Py's control message: we notice.
+                for _ in range(500):
+                    if ep.closed():
+                        break
+                    await asyncio.sleep(0.01)
+                done.set_result(ep.closed())
+            except Exception as e:  # surface it in the test, not as a lost task
+                done.set_exception(e)
+
+        lf = ucp.create_listener(echo)
+        client = await asyncio.create_subprocess_exec(
+            rust_echo(), "--client", str(lf.port), "--iters", "1", stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await client.communicate()
+        assert client.returncode == 0, out
+        assert b"1048576" in out  # it printed its table
+        assert await done is True
+        lf.close()
+
+    run(main(), timeout=60)
