@@ -137,11 +137,12 @@ class CtrlMsg:
         return struct.unpack(CtrlMsg.fmt, serialized_bytes)
 
     @staticmethod
-    def handle_ctrl_msg(ep_weakref, log, msg, value, exc):
-        """Acts on a received control message (called when the control receive finishes)."""
-        if exc is not None:
+    def handle_ctrl_msg(ep_weakref, log, msg, fut):
+        """Acts on a received control message (a done-callback of the control receive, so it
+        runs after the tasks that the same progress pass woke, as in UCX-Py)."""
+        if fut.cancelled() or fut.exception() is not None:
             # Canceled when the endpoint closed; nothing to do.
-            logger.debug("Control receive ended: %r", exc)
+            logger.debug("%s ended: %r", log, None if fut.cancelled() else fut.exception())
             return
         ep = ep_weakref()
         if ep is None or ep.closed():
@@ -159,12 +160,11 @@ class CtrlMsg:
         """Posts the receive for the peer's control message."""
         msg = bytearray(CtrlMsg.nbytes)
         log = "[Recv shutdown] ep: %s, tag: %s" % (hex(ep.uid), hex(ep._tags["ctrl_recv"]))
-        ep._ep.tag_recv(
-            msg,
-            ep._tags["ctrl_recv"],
-            on_done=partial(CtrlMsg.handle_ctrl_msg, weakref.ref(ep), log, msg),
-            name=log,
-        )
+        fut = ep._ep.tag_recv(msg, ep._tags["ctrl_recv"], name=log)
+        if fut is None:  # the message was already there
+            fut = get_event_loop().create_future()
+            fut.set_result(True)
+        fut.add_done_callback(partial(CtrlMsg.handle_ctrl_msg, weakref.ref(ep), log, msg))
 
 
 async def _listener_handler_coroutine(conn_request, ctx, func, endpoint_error_handling, wire_protocol):

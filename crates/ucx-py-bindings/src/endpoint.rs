@@ -256,6 +256,21 @@ impl Endpoint {
     }
 }
 
+impl Drop for Endpoint {
+    /// Garbage collection closes an endpoint that is still open, as UCX-Py's finalizer did:
+    /// its operations are canceled and its close callback runs.
+    fn drop(&mut self) {
+        if lock(&self.shared.ep).is_none() {
+            return;
+        }
+        Python::with_gil(|py| {
+            if let Err(e) = self.close(py) {
+                e.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
 /// Closes `ep` with `mode`, forcing it if a flushing close has not finished in time.
 fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()> {
     match ep.close(mode)? {
