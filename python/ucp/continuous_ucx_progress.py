@@ -70,7 +70,7 @@ class BlockingMode(ProgressTask):
         super().__init__(worker, event_loop)
         self._fd = epoll_fd
         self._scheduled = False
-        event_loop.add_reader(epoll_fd, self._run)
+        event_loop.add_reader(epoll_fd, self._on_fd)
         worker.set_progress_hook(self._schedule)
         self._schedule()
 
@@ -88,7 +88,10 @@ class BlockingMode(ProgressTask):
         except RuntimeError:  # loop closed
             self._scheduled = False
 
-    def _run(self):
+    def _on_fd(self):
+        self._run(woke=True)
+
+    def _run(self, woke=False):
         self._scheduled = False
         worker = self.worker()
         if worker is None:
@@ -96,7 +99,7 @@ class BlockingMode(ProgressTask):
             return
         # Spin briefly for an awaited reply only when nothing else is ready to run.
         ready = getattr(self.event_loop, "_ready", None)
-        if worker.progress_and_arm(SPIN_US if not ready else 0):
+        if worker.progress_and_arm(SPIN_US if not ready else 0, woke):
             # Busy: the worker is not armed, so come back after what was just woken runs.
             self._schedule()
 

@@ -488,13 +488,20 @@ class Endpoint:
     async def send(self, buffer, tag=None, force_tag=False):
         """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
         endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
-        self._ep.raise_on_error()
-        if self.closed():
-            raise UCXCloseError("Endpoint closed")
-        tag = self._tag("msg_send", tag, force_tag)
+        ep = self._ep
+        if ep is None:
+            # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
+            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
+        if force_tag:
+            pass
+        elif tag is None and self._tags is not None:
+            tag = self._tags["msg_send"]
+        else:
+            tag = self._tag("msg_send", tag, force_tag)
         self._send_count += 1
         try:
-            fut = self._ep.tag_send(buffer, tag)
+            # One native call: raises the peer's failure, or UCXCloseError if closed, first.
+            fut = ep.tag_send_checked(buffer, tag)
             if fut is None:
                 return True
             return await fut
@@ -504,14 +511,22 @@ class Endpoint:
                 raise e
 
     async def recv(self, buffer, tag=None, force_tag=False):
-        """Receives into ``buffer`` (writable, contiguous) a message of exactly its size."""
-        tag = self._tag("msg_recv", tag, force_tag)
-        if not self._worker.tag_probe(tag):
-            self._ep.raise_on_error()
-            if self.closed():
-                raise UCXCloseError("Endpoint closed")
+        """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
+        message that arrived before the endpoint closed can still be received."""
+        if force_tag:
+            pass
+        elif tag is None and self._tags is not None:
+            tag = self._tags["msg_recv"]
+        else:
+            tag = self._tag("msg_recv", tag, force_tag)
+        ep = self._ep
+        if ep is None:
+            # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
+            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
         self._recv_count += 1
-        fut = self._ep.tag_recv(buffer, tag)
+        # One native call: unless a matching message is already waiting, raises the peer's
+        # failure, or UCXCloseError if closed, first.
+        fut = ep.tag_recv_checked(buffer, tag)
         ret = True if fut is None else await fut
         self._finished_recv_count += 1
         if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:

@@ -148,6 +148,26 @@ impl Endpoint {
         self.engine.track(py, submitted, on_done, meta(name, Some(nbytes), Some(self.shared.key)))
     }
 
+    /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
+    /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends.
+    fn tag_send_checked(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
+        self.raise_on_error(py)?;
+        self.tag_send(py, buffer, tag, None, None)
+    }
+
+    /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
+    /// already waiting (it can be received after the peer closed), raises the peer's failure,
+    /// then `UCXCloseError` if closed; then receives.
+    fn tag_recv_checked(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
+        if self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
+            self.raise_on_error(py)?;
+            if lock(&self.shared.ep).is_none() {
+                return Err(errors::new(py, Kind::CloseError, "Endpoint closed"));
+            }
+        }
+        self.tag_recv(py, buffer, tag, None, None)
+    }
+
     /// Sends `buffer` on the stream API.
     #[pyo3(signature = (buffer, on_done = None, name = None))]
     fn stream_send(

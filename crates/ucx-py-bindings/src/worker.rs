@@ -2,6 +2,7 @@
 //! arming for the blocking-mode driver, worker-wide tag receives and probes, flush, fence,
 //! active-message allocators, and creating endpoints and listeners.
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,18 +59,28 @@ impl Worker {
 
     /// One pass of the blocking-mode driver: progress and deliver; if nothing arrived while
     /// operations are in flight, keep progressing (GIL released) for up to `spin_us`
-    /// microseconds, since waking from the fd costs tens of microseconds on a virtual machine.
+    /// microseconds, since waking from the fd costs tens of microseconds (or more) on a
+    /// virtual machine. `woke`: the pass runs because the wakeup fd fired.
+    ///
     /// Returns true if anything was delivered: the worker is then left unarmed and the driver
     /// must call again soon (it is busy). Returns false once the worker is armed: the wakeup fd
     /// becomes readable when there is more to do.
-    #[pyo3(signature = (spin_us = 0))]
-    fn progress_and_arm(&self, py: Python<'_>, spin_us: u64) -> PyResult<bool> {
+    ///
+    /// No spinning while armed: UCX may then leave transports unpolled until their event is
+    /// handled, so a spin would not see the reply it waits for (measured: each message then
+    /// took the whole spin budget).
+    #[pyo3(signature = (spin_us = 0, woke = false))]
+    fn progress_and_arm(&self, py: Python<'_>, spin_us: u64, woke: bool) -> PyResult<bool> {
         let engine = &self.engine;
         engine.hook_ran();
+        if woke {
+            engine.armed.store(false, Ordering::Relaxed);
+        }
         if engine.progress(py) {
+            engine.armed.store(false, Ordering::Relaxed);
             return Ok(true);
         }
-        if spin_us > 0 && engine.inflight() > 0 {
+        if spin_us > 0 && !engine.armed.load(Ordering::Relaxed) && engine.inflight() > 0 {
             let deadline = Instant::now() + Duration::from_micros(spin_us);
             py.allow_threads(|| {
                 while !engine.has_news() && Instant::now() < deadline {
@@ -82,12 +93,13 @@ impl Worker {
         }
         loop {
             match engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
-                Armed::Armed => return Ok(false),
+                Armed::Armed => {
+                    engine.armed.store(true, Ordering::Relaxed);
+                    return Ok(false);
+                }
                 Armed::Busy => {
-                    if std::env::var_os("UCXPY_DEBUG_SPIN").is_some() {
-                        eprintln!("busy inflight={}", engine.inflight());
-                    }
                     if engine.progress(py) {
+                        engine.armed.store(false, Ordering::Relaxed);
                         return Ok(true);
                     }
                 }
@@ -189,7 +201,7 @@ impl Worker {
     /// How many operations were canceled because their endpoint failed, since the last call
     /// (UCX-Py's `cancel_inflight_messages`; the cancelling itself happens during progress).
     fn cancel_inflight_messages(&self) -> u64 {
-        self.engine.canceled_on_error.swap(0, std::sync::atomic::Ordering::Relaxed)
+        self.engine.canceled_on_error.swap(0, Ordering::Relaxed)
     }
 
     /// How many operations are in flight.
