@@ -89,17 +89,21 @@ class BlockingMode(ProgressTask):
             self._scheduled = False
 
     def _on_fd(self):
-        self._run(woke=True)
+        # A pass already scheduled will see whatever the fd signals.
+        if not self._scheduled:
+            self._run()
 
-    def _run(self, woke=False):
+    def _run(self):
         self._scheduled = False
         worker = self.worker()
         if worker is None:
             self.stop()
             return
-        # Spin briefly for an awaited reply only when nothing else is ready to run.
-        ready = getattr(self.event_loop, "_ready", None)
-        if worker.progress_and_arm(SPIN_US if not ready else 0, woke):
+        # Spin briefly for an awaited reply only when nothing else is ready to run (our own
+        # fd callback does not count: while the worker is unarmed the fd stays readable).
+        ready = getattr(self.event_loop, "_ready", ())
+        others = len(ready) and sum(1 for h in ready if getattr(h, "_callback", None) != self._on_fd)
+        if worker.progress_and_arm(0 if others else SPIN_US):
             # Busy: the worker is not armed, so come back after what was just woken runs.
             self._schedule()
 

@@ -182,6 +182,20 @@ impl Worker {
         Ok(fd)
     }
 
+    /// Whether the wakeup fd is readable now (a zero-timeout `poll`): after [`Worker::arm`],
+    /// UCX has events that only another `arm` (answering [`Armed::Busy`]) hands to the
+    /// transports. Lets a thread that spins on progress notice them without sleeping.
+    pub fn wakeup_pending(&self) -> Result<bool> {
+        let fd = self.wakeup_fd()?;
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: pfd is a valid pollfd array of length 1 for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        if n < 0 {
+            return Err(Error::with_detail("poll", Status::IoError, std::io::Error::last_os_error().to_string()));
+        }
+        Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
+    }
+
     /// Arms the wakeup fd (`ucp_worker_arm`). [`Armed::Busy`] means events are pending and the
     /// caller must progress again instead of sleeping. The fd is level-insensitive: after a
     /// wake-up, drain progress fully, then arm again.

@@ -166,8 +166,7 @@ pub(crate) struct Engine {
     /// might otherwise never give it: the blocking-mode driver's `schedule`.
     pub(crate) progress_hook: Mutex<Option<Py<PyAny>>>,
     hook_pending: AtomicBool,
-    /// Whether the blocking-mode driver armed the worker and no wake-up has come since.
-    pub(crate) armed: AtomicBool,
+
     /// Operations canceled because their endpoint failed (UCX-Py's
     /// `cancel_inflight_messages` count).
     pub(crate) canceled_on_error: AtomicU64,
@@ -186,7 +185,7 @@ impl Engine {
             next_id: AtomicU64::new(1),
             progress_hook: Mutex::default(),
             hook_pending: AtomicBool::new(false),
-            armed: AtomicBool::new(false),
+
             canceled_on_error: AtomicU64::new(0),
         }
     }

@@ -60,31 +60,30 @@ impl Worker {
     /// One pass of the blocking-mode driver: progress and deliver; if nothing arrived while
     /// operations are in flight, keep progressing (GIL released) for up to `spin_us`
     /// microseconds, since waking from the fd costs tens of microseconds (or more) on a
-    /// virtual machine. `woke`: the pass runs because the wakeup fd fired.
+    /// virtual machine.
     ///
     /// Returns true if anything was delivered: the worker is then left unarmed and the driver
     /// must call again soon (it is busy). Returns false once the worker is armed: the wakeup fd
     /// becomes readable when there is more to do.
     ///
-    /// No spinning while armed: UCX may then leave transports unpolled until their event is
-    /// handled, so a spin would not see the reply it waits for (measured: each message then
-    /// took the whole spin budget).
-    #[pyo3(signature = (spin_us = 0, woke = false))]
-    fn progress_and_arm(&self, py: Python<'_>, spin_us: u64, woke: bool) -> PyResult<bool> {
+    /// While armed, UCX may leave transports unpolled until their event is handled by `arm`
+    /// (measured: spinning on progress alone then waited out the whole budget for each
+    /// message), so the spin also watches the fd and lets `arm` handle what it signals.
+    #[pyo3(signature = (spin_us = 0))]
+    fn progress_and_arm(&self, py: Python<'_>, spin_us: u64) -> PyResult<bool> {
         let engine = &self.engine;
         engine.hook_ran();
-        if woke {
-            engine.armed.store(false, Ordering::Relaxed);
-        }
         if engine.progress(py) {
-            engine.armed.store(false, Ordering::Relaxed);
             return Ok(true);
         }
-        if spin_us > 0 && !engine.armed.load(Ordering::Relaxed) && engine.inflight() > 0 {
+        if spin_us > 0 && engine.inflight() > 0 {
             let deadline = Instant::now() + Duration::from_micros(spin_us);
             py.allow_threads(|| {
                 while !engine.has_news() && Instant::now() < deadline {
                     engine.worker.progress();
+                    if engine.worker.wakeup_pending().unwrap_or(false) {
+                        let _ = engine.worker.arm();
+                    }
                 }
             });
             if engine.progress(py) {
@@ -93,13 +92,9 @@ impl Worker {
         }
         loop {
             match engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
-                Armed::Armed => {
-                    engine.armed.store(true, Ordering::Relaxed);
-                    return Ok(false);
-                }
+                Armed::Armed => return Ok(false),
                 Armed::Busy => {
                     if engine.progress(py) {
-                        engine.armed.store(false, Ordering::Relaxed);
                         return Ok(true);
                     }
                 }
