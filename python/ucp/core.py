@@ -40,6 +40,9 @@ _PEER_INFO_UCXX = struct.Struct("QQ")  # msg_tag, hash64bits(msg_tag)
 
 WIRE_PROTOCOLS = ("ucx-py", "ucxx")
 
+# Loop iterations a connecting client yields after the handshake (see create_endpoint).
+_HANDSHAKE_YIELDS = 3
+
 
 def _default_wire_protocol():
     value = os.environ.get("UCXPY_WIRE_PROTOCOL", "ucx-py")
@@ -289,6 +292,11 @@ class ApplicationContext:
         except BaseException:
             ucx_ep.close()
             raise
+        # Our last handshake send usually finishes inline, where UCX-Py's went through a
+        # future: yield a few loop iterations so that a listener in this process can finish
+        # its side (and start its callback) before we return, as it could with UCX-Py.
+        for _ in range(_HANDSHAKE_YIELDS):
+            await asyncio.sleep(0)
         ep = Endpoint(endpoint=ucx_ep, ctx=self, tags=_tag_map(msg_tag, ctrl_tag, peer_info))
         logger.debug(
             "create_endpoint() client: %s, msg-tag-send: %s, msg-tag-recv: %s",
