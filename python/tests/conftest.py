@@ -42,15 +42,19 @@ def run(coro, timeout=30):
 
 async def pair(handler=None, **listener_kw):
     """A listener whose callback stores the server endpoint, and a client connected to it.
-    Returns (listener, client endpoint, server endpoint)."""
+    Returns (listener, client endpoint, server endpoint). The listener keeps every endpoint
+    it accepted alive (``lf.accepted``): a dropped endpoint closes, as in UCX-Py."""
     server_ep = asyncio.get_running_loop().create_future()
+    accepted = []
 
     async def on_connect(ep):
+        accepted.append(ep)
         if handler is not None:
             await handler(ep)
         if not server_ep.done():
             server_ep.set_result(ep)
 
     lf = ucp.create_listener(on_connect, **listener_kw)
+    lf.accepted = accepted
     client = await ucp.create_endpoint("127.0.0.1", lf.port)
     return lf, client, await server_ep

@@ -59,17 +59,23 @@ def fresh_ucx_logger():
     logger.handlers[:], logger.level, logger.propagate = saved
 
 
+def ours(logger):
+    """The handlers get_ucxpy_logger added (pytest 9 adds its own capture handlers to
+    non-propagating loggers too)."""
+    return [h for h in logger.handlers if getattr(h, "_ucxpy_handler", False)]
+
+
 def test_logger_configuration(fresh_ucx_logger, monkeypatch):
     monkeypatch.delenv("UCXPY_LOG_LEVEL", raising=False)
     logger = get_ucxpy_logger()
     assert logger is fresh_ucx_logger
     assert logger.level == logging.WARNING
     assert logger.propagate is False
-    assert len(logger.handlers) == 1
+    assert len(ours(logger)) == 1
     # Calling again must not duplicate output, but does re-read the level.
     monkeypatch.setenv("UCXPY_LOG_LEVEL", "debug")
     assert get_ucxpy_logger() is logger
-    assert len(logger.handlers) == 1
+    assert len(ours(logger)) == 1
     assert logger.level == logging.DEBUG
     monkeypatch.setenv("UCXPY_LOG_LEVEL", "INFO")
     assert get_ucxpy_logger().level == logging.INFO
@@ -78,7 +84,7 @@ def test_logger_configuration(fresh_ucx_logger, monkeypatch):
 def test_logger_format(fresh_ucx_logger):
     logger = get_ucxpy_logger()
     stream = io.StringIO()
-    logger.handlers[0].setStream(stream)
+    ours(logger)[0].setStream(stream)
     logger.warning("Test %d", 7)
     line = stream.getvalue()
     pattern = r"\[(\d+\.\d{6})\] \[(.+):(\d+)\] UCXPY  WARNING Test 7\n"

@@ -176,7 +176,7 @@ async def _listener_handler_coroutine(conn_request, ctx, func, endpoint_error_ha
     try:
         ucx_ep = ctx.worker.accept(conn_request, endpoint_error_handling)
     except UCXBaseException as e:
-        logger.warning("Accepting a connection failed: %s", e)
+        logger.warning("Accepting a connection failed: %s", str(e))
         return
     msg_tag, ctrl_tag = _new_tags(ucx_ep.handle)
     try:
@@ -189,7 +189,9 @@ async def _listener_handler_coroutine(conn_request, ctx, func, endpoint_error_ha
             wire_protocol=wire_protocol,
         )
     except (UCXBaseException, RuntimeError, asyncio.TimeoutError, asyncio.CancelledError) as e:
-        logger.warning("Handshake with a connecting client failed: %r", e)
+        # Formatted now: a record holding the exception would keep its frames (and the
+        # context) alive in any handler that stores records.
+        logger.warning("Handshake with a connecting client failed: %s", repr(e))
         ucx_ep.close()
         return
     ep = Endpoint(endpoint=ucx_ep, ctx=ctx, tags=_tag_map(msg_tag, ctrl_tag, peer_info))

@@ -345,8 +345,8 @@ impl Engine {
         lock(&self.ops).len()
     }
 
-    /// Cancels everything in flight and progresses until UCX has finished with all of it
-    /// (used when the worker is closed).
+    /// Cancels everything in flight, progresses until UCX has finished with all of it, and
+    /// discards unreceived messages (used when the context goes).
     pub(crate) fn cancel_all(&self, py: Python<'_>) {
         for op in lock(&self.ops).values() {
             op.pending.cancel();
@@ -354,6 +354,11 @@ impl Engine {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while self.inflight() > 0 && std::time::Instant::now() < deadline {
             self.progress(py);
+        }
+        // Messages nobody will receive (e.g. a peer's close message after we aborted) are
+        // taken and discarded, so UCX does not warn about them when the worker goes.
+        while let Some(msg) = self.worker.tag_probe_take(0, 0) {
+            drop(msg);
         }
         // What UCX would not cancel is dropped: its buffer stays alive until UCX lets go.
         let rest = std::mem::take(&mut *lock(&self.ops));
