@@ -151,3 +151,31 @@ def test_rust_client_python_server(progress_mode):
         lf.close()
 
     run(main(), timeout=60)
+
+
+def test_python_echo_example_runs():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "python" / "echo.py"), "--iters", "20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "1048576" in out.stdout  # the last row of its table
+
+
+def test_cupy_echo_example_runs_or_says_why_not():
+    example = ROOT / "examples" / "python" / "echo_cupy.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120)
+    try:
+        import cupy
+
+        gpu = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        gpu = False
+    if gpu:
+        assert out.returncode == 0, out.stderr
+        assert "every byte is 1" in out.stdout
+    else:
+        assert out.returncode == 2
+        assert "no CUDA GPU" in out.stderr
