@@ -5,7 +5,8 @@
 //! 1. `UCX_DIR`: a prefix with `include/ucp/api/ucp.h` and `lib/libucp.so` (a cluster's own UCX).
 //! 2. `pkg-config ucx` (a conda or distribution UCX).
 //! 3. The `libucx` Python wheel (`pip install libucx-cu12`), located through a Python that can
-//!    import it: `UCX_PYTHON`, then `$VIRTUAL_ENV/bin/python`, then the workspace's `.venv`,
+//!    import it: `UCX_PYTHON`, then `$VIRTUAL_ENV/bin/python`, then `PYO3_PYTHON` (set by
+//!    maturin), then the workspace's `.venv`,
 //!    then `python3`. Its .pc files carry the prefix of the machine that built the wheel, so the
 //!    package directory itself is used as the prefix.
 //!
@@ -26,7 +27,7 @@ struct Ucx {
 }
 
 fn main() {
-    for var in ["UCX_DIR", "UCX_PYTHON", "VIRTUAL_ENV", "PKG_CONFIG_PATH"] {
+    for var in ["UCX_DIR", "UCX_PYTHON", "VIRTUAL_ENV", "PYO3_PYTHON", "PKG_CONFIG_PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
@@ -109,6 +110,11 @@ fn python_candidates() -> Vec<String> {
     }
     if let Ok(venv) = env::var("VIRTUAL_ENV") {
         v.push(format!("{venv}/bin/python"));
+    }
+    // The interpreter maturin builds for (`pip install .`: its isolated build environment,
+    // where pyproject.toml's build requirements put the libucx wheel, is on its path).
+    if let Ok(p) = env::var("PYO3_PYTHON") {
+        v.push(p);
     }
     // The workspace's own virtualenv, made by scripts/setup.sh.
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
