@@ -54,6 +54,13 @@ impl<'a> MemoryHandle<'a> {
         map_raw(context, buf.as_mut_ptr(), buf.byte_len(), buf.memory_type(), false)
     }
 
+    /// Registers `buf` for remote reads only (its owner may not allow writes, e.g. an
+    /// immutable Python `bytes`): peers can `get` from it; a `put` into it fails.
+    pub fn map_readonly<B: SendBuffer + ?Sized>(context: &Context, buf: &'a B) -> Result<MemoryHandle<'a>> {
+        let prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
+        map_with(context, buf.as_ptr().cast_mut(), buf.byte_len(), buf.memory_type(), false, prot)
+    }
+
     /// The registered memory's address (what a peer passes to put/get).
     pub fn address(&self) -> u64 {
         self.inner.address as u64
@@ -107,6 +114,21 @@ fn map_raw<'a>(
     mt: MemoryType,
     allocate: bool,
 ) -> Result<MemoryHandle<'a>> {
+    let prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+        | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+        | sys::UCP_MEM_MAP_PROT_REMOTE_READ
+        | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+    map_with(context, address, length, mt, allocate, prot)
+}
+
+fn map_with<'a>(
+    context: &Context,
+    address: *mut u8,
+    length: usize,
+    mt: MemoryType,
+    allocate: bool,
+    prot: u32,
+) -> Result<MemoryHandle<'a>> {
     if !context.features().contains(Features::RMA) && !context.features().contains(Features::AM) {
         return Err(Error::with_detail("ucp_mem_map", Status::Unsupported, "the context lacks RMA"));
     }
@@ -119,10 +141,7 @@ fn map_raw<'a>(
     p.address = address.cast();
     p.length = length;
     p.flags = if allocate { sys::UCP_MEM_MAP_ALLOCATE } else { 0 };
-    p.prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
-        | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
-        | sys::UCP_MEM_MAP_PROT_REMOTE_READ
-        | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+    p.prot = prot;
     if let Some(raw) = mt.for_op() {
         p.field_mask |= sys::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE as u64;
         p.memory_type = raw;

@@ -47,6 +47,10 @@ impl Endpoint {
         Ok(Endpoint { engine: engine.clone(), shared })
     }
 
+    pub(crate) fn ucx_ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
+        self.ep(py)
+    }
+
     fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
         lock(&self.shared.ep).clone().ok_or_else(|| errors::new(py, Kind::CloseError, "Endpoint closed"))
     }
@@ -232,6 +236,37 @@ impl Endpoint {
     /// Whether an active message from the peer is waiting to be received.
     fn am_probe(&self) -> bool {
         crate::am::probe(&self.engine, self.shared.handle)
+    }
+
+    /// Unpacks a peer's packed remote key for this endpoint.
+    fn unpack_rkey(&self, py: Python<'_>, packed: &[u8]) -> PyResult<crate::rma::RemoteKey> {
+        self.unpack_rkey_impl(py, packed)
+    }
+
+    /// Writes `buffer` to the peer's memory at `remote_addr` (`ucp_put_nbx`).
+    #[pyo3(signature = (buffer, remote_addr, rkey, on_done = None))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        remote_addr: u64,
+        rkey: &crate::rma::RemoteKey,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.put_impl(py, buffer, remote_addr, rkey, on_done)
+    }
+
+    /// Reads the peer's memory at `remote_addr` into `buffer` (`ucp_get_nbx`).
+    #[pyo3(signature = (buffer, remote_addr, rkey, on_done = None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        remote_addr: u64,
+        rkey: &crate::rma::RemoteKey,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.get_impl(py, buffer, remote_addr, rkey, on_done)
     }
 
     /// Flushes the endpoint (`ucp_ep_flush_nbx`).

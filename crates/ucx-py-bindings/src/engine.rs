@@ -17,6 +17,7 @@ use ucx_core::{AmMessage, Completion, ConnRequest, Owned, Status};
 
 use crate::buffer;
 use crate::errors::{self, Kind};
+use crate::request::Request;
 use crate::target::{py_true, Outcome, Target};
 
 /// Locks a mutex, tolerating poisoning (a panic elsewhere must not wedge the worker).
@@ -198,7 +199,7 @@ impl Engine {
     /// its length error raised); in flight, it is tracked and the future (or `None` for a
     /// callback target) returned.
     pub(crate) fn track<B: Send + 'static>(
-        &self,
+        self: &Arc<Self>,
         py: Python<'_>,
         submitted: ucx_core::Result<Owned<B>>,
         on_done: Option<&Bound<'_, PyAny>>,
@@ -216,7 +217,11 @@ impl Engine {
         let (target, ret) = Target::new(py, on_done)?;
         lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink: Sink::Target(target), meta });
         self.needs_progress(py);
-        Ok(Some(ret.unwrap_or_else(|| py.None())))
+        match ret {
+            Some(fut) => Ok(Some(fut)),
+            // A callback target: hand back a request to poll or cancel.
+            None => Ok(Some(Py::new(py, Request { id, engine: Arc::downgrade(self) })?.into_any())),
+        }
     }
 
     /// Tracks an operation whose outcome goes to `sink` (rendezvous active messages,
@@ -326,8 +331,9 @@ impl Engine {
         let Some(shared) = shared else { return };
         lock(&shared.failure).get_or_insert(status);
         let n = self.cancel_ops_of(key);
-        self.canceled_on_error.fetch_add(n, Ordering::Relaxed);
-        crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+        let waiting =
+            crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+        self.canceled_on_error.fetch_add(n + waiting as u64, Ordering::Relaxed);
         shared.run_close_callback(py);
     }
 
@@ -338,6 +344,18 @@ impl Engine {
         }
         let ev = lock(&self.events);
         !(ev.ep_errors.is_empty() && ev.conns.is_empty() && ev.am.is_empty())
+    }
+
+    /// Whether operation `id` is still in flight.
+    pub(crate) fn is_inflight(&self, id: u64) -> bool {
+        lock(&self.ops).contains_key(&id)
+    }
+
+    /// Asks UCX to cancel operation `id`, if it is in flight.
+    pub(crate) fn cancel_op(&self, id: u64) {
+        if let Some(op) = lock(&self.ops).get(&id) {
+            op.pending.cancel();
+        }
     }
 
     /// How many operations are in flight.

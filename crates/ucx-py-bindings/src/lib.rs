@@ -9,6 +9,8 @@
 //! - [`engine`]: every operation in flight, the events UCX callbacks record, and the drain
 //!   that resolves futures and runs Python callbacks after progress. [`target`]: where one
 //!   operation's outcome goes (asyncio future or callback). [`am`]: active-message routing.
+//! - [`rma`]: `MemoryHandle`, `RemoteKey`, and endpoint put/get.
+//! - [`request`]: `Request`, the handle a transfer with a callback returns while in flight.
 //! - [`buffer`]: Python buffers (buffer protocol, `__cuda_array_interface__`) without copies.
 //! - [`errors`]: UCX failures as UCX-Py's exception classes.
 //!
@@ -23,6 +25,8 @@ mod endpoint;
 mod engine;
 mod errors;
 mod listener;
+mod request;
+mod rma;
 mod target;
 mod worker;
 
@@ -50,6 +54,9 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<endpoint::Endpoint>()?;
     m.add_class::<listener::Listener>()?;
     m.add_class::<listener::ConnRequestPy>()?;
+    m.add_class::<request::Request>()?;
+    m.add_class::<rma::MemoryHandle>()?;
+    m.add_class::<rma::RemoteKey>()?;
     m.add("FULL_MASK", ucx_core::FULL_MASK)?;
     Ok(())
 }

@@ -98,7 +98,7 @@ class Array:
         A host or device array-like object.
     """
 
-    __slots__ = ("_ptr", "_readonly", "_obj", "_itemsize", "_ndim", "_shape", "_strides", "_cuda", "_nbytes")
+    __slots__ = ("_ptr", "_readonly", "_obj", "_mv", "_itemsize", "_ndim", "_shape", "_strides", "_cuda", "_nbytes")
 
     def __init__(self, obj):
         iface = getattr(obj, "__cuda_array_interface__", None)
@@ -116,6 +116,8 @@ class Array:
         if mv.suboffsets:
             raise NotImplementedError("Suboffsets are not supported")
         self._cuda = False
+        # Kept: the low-level transfers hand exactly this memory to UCX.
+        self._mv = mv
         self._ptr = _buffer_address(mv)
         self._obj = mv.obj
         self._readonly = mv.readonly
