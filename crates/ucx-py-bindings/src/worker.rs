@@ -18,6 +18,9 @@ use crate::engine::{lock, Engine, Meta, Name};
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
 
+/// Spin rounds between two checks of the wakeup fd (see `progress_and_arm`).
+const FD_CHECK_ROUNDS: u32 = 16;
+
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
     pub(crate) engine: Arc<Engine>,
@@ -79,9 +82,12 @@ impl Worker {
         if spin_us > 0 && engine.inflight() > 0 {
             let deadline = Instant::now() + Duration::from_micros(spin_us);
             py.allow_threads(|| {
+                // Checking the fd is a system call: do it every few rounds only.
+                let mut round = 0u32;
                 while !engine.has_news() && Instant::now() < deadline {
                     engine.worker.progress();
-                    if engine.worker.wakeup_pending().unwrap_or(false) {
+                    round = round.wrapping_add(1);
+                    if round % FD_CHECK_ROUNDS == 0 && engine.worker.wakeup_pending().unwrap_or(false) {
                         let _ = engine.worker.arm();
                     }
                 }
