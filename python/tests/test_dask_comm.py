@@ -1,0 +1,128 @@
+"""The `ucxa://` Dask comm backend: distributed's comm API over ucp (connect/listen, 20
+concurrent clients, closing from either side, connect timeout, addresses) and a LocalCluster
+whose workers exchange data over it."""
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from distributed.comm import CommClosedError, connect, listen  # noqa: E402
+from distributed.comm.registry import get_backend  # noqa: E402
+
+from conftest import run  # noqa: E402
+
+
+def test_backend_is_registered_by_entry_point():
+    backend = get_backend("ucxa")
+    assert type(backend).__name__ == "UCXABackend"
+    assert backend.get_address_host_port("127.0.0.1:1234") == ("127.0.0.1", 1234)
+    assert backend.resolve_address("localhost:5") == "127.0.0.1:5"
+
+
+def test_client_server_twenty_clients(fresh_ucp):
+    async def main():
+        async def handle(comm):
+            while True:
+                try:
+                    msg = await comm.read()
+                except CommClosedError:
+                    return
+                await comm.write({"echo": msg, "peer": comm.peer_address})
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            assert listener.listen_address.startswith("ucxa://127.0.0.1:")
+            assert listener.contact_address == listener.listen_address
+
+            async def client(i):
+                comm = await connect(listener.contact_address)
+                assert comm.peer_address == listener.contact_address
+                assert comm.local_address.startswith("ucxa://127.0.0.1:")
+                payload = {"i": i, "data": np.arange(i * 1000, dtype="f8")}
+                await comm.write(payload)
+                reply = await comm.read()
+                assert reply["echo"]["i"] == i
+                np.testing.assert_array_equal(reply["echo"]["data"], payload["data"])
+                # The server saw the client's real address.
+                assert reply["peer"] == comm.local_address
+                await comm.close()
+                assert comm.closed()
+
+            await asyncio.gather(*(client(i) for i in range(20)))
+
+    run(main(), timeout=120)
+
+
+def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
+    async def main():
+        server_comms = []
+
+        async def handle(comm):
+            server_comms.append(comm)
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            # Client closes: the server's pending read fails promptly.
+            comm = await connect(listener.contact_address)
+            while not server_comms:
+                await asyncio.sleep(0.01)
+            pending = asyncio.ensure_future(server_comms[0].read())
+            await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            await comm.close()
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(pending, 5)
+            assert time.monotonic() - t0 < 2
+            # Server aborts: the client's pending read fails, and so do later writes.
+            comm2 = await connect(listener.contact_address)
+            while len(server_comms) < 2:
+                await asyncio.sleep(0.01)
+            pending = asyncio.ensure_future(comm2.read())
+            await asyncio.sleep(0.05)
+            server_comms[1].abort()
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(pending, 5)
+            with pytest.raises(CommClosedError):
+                await comm2.write("after close")
+
+    run(main(), timeout=60)
+
+
+def test_connect_timeout(fresh_ucp):
+    async def main():
+        # Nothing listens there: connect retries until its timeout, then raises OSError.
+        t0 = time.monotonic()
+        with pytest.raises(OSError):
+            await connect("ucxa://127.0.0.1:9", timeout=0.5)
+        assert time.monotonic() - t0 < 5
+
+    run(main(), timeout=30)
+
+
+def _transpose_sum(n):
+    import dask.array as da
+
+    x = da.arange(n * n, chunks=n * n // 8).reshape((n, n)).rechunk((n // 4, n // 4))
+    return (x + x.T).sum(axis=0)
+
+
+def test_local_cluster_workers_exchange_data():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        protocol="ucxa",
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        assert cluster.scheduler_address.startswith("ucxa://127.0.0.1:")
+        with Client(cluster) as client:
+            n = 400
+            got = _transpose_sum(n).compute()
+            a = np.arange(n * n).reshape(n, n)
+            np.testing.assert_array_equal(got, (a + a.T).sum(axis=0))
+            transferred = client.run(lambda dask_worker: dask_worker.state.transfer_incoming_count_total)
+            assert sum(transferred.values()) > 0, transferred

@@ -1,0 +1,244 @@
+"""A Dask comm backend over ``ucp``: the ``ucxa://`` scheme (distributed keeps ``ucx`` for its
+deprecation stub). Registered through the ``distributed.comm.backends`` entry point, so
+``LocalCluster(protocol="ucxa")`` and ``dask worker ucxa://host:port`` find it without an
+import.
+
+Framing of one Dask message on an endpoint (all on the endpoint's own tag, FIFO):
+1. a header of two u64: close flag (1 = the peer is closing), number of frames ``n``;
+2. if ``n``: ``2 n`` u64: per frame, is-CUDA flag and size in bytes;
+3. each non-empty frame, all sent and received at once (one round of UCX operations).
+Device frames are received into device memory (RMM, else CuPy) when one of them is installed.
+
+Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
+``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
+options, names without the prefix). UCX is initialised lazily in each process, on first use.
+"""
+import asyncio
+import logging
+import struct
+
+import dask
+from distributed.comm.addressing import parse_host_port, unparse_host_port
+from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector
+from distributed.comm.registry import Backend
+from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
+from distributed.utils import ensure_ip, get_ip
+
+import ucp
+
+logger = logging.getLogger(__name__)
+
+SCHEME = "ucxa"
+_HEADER = struct.Struct("QQ")  # close flag, number of frames
+
+
+def _init_ucx():
+    """Initialises UCX in this process once, with the ``ucxa`` Dask config."""
+    if ucp.core._ctx is not None:
+        return
+    options = {}
+    for key, name in (("tls", "TLS"), ("net-devices", "NET_DEVICES")):
+        value = dask.config.get(f"{SCHEME}.{key}", default=None)
+        if value is not None:
+            options[name] = str(value)
+    for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
+        options[str(name).upper().removeprefix("UCX_")] = str(value)
+    ucp.init(options, env_takes_precedence=True)
+
+
+def _device_array(n):
+    try:
+        import rmm
+
+        return rmm.DeviceBuffer(size=n)
+    except ImportError:
+        import cupy
+
+        return cupy.empty(n, dtype="u1")
+
+
+def _is_cuda(frame):
+    return hasattr(frame, "__cuda_array_interface__")
+
+
+def _nbytes(frame):
+    if _is_cuda(frame):
+        return ucp.core._nbytes(frame)
+    return memoryview(frame).nbytes
+
+
+class UCXAComm(Comm):
+    """One connection: a ``ucp`` endpoint with Dask's framing."""
+
+    def __init__(self, ep, local_addr, peer_addr, deserialize=True):
+        super().__init__(deserialize=deserialize)
+        self._ep = ep
+        self._local_addr = local_addr
+        self._peer_addr = peer_addr
+
+    @property
+    def local_address(self):
+        return self._local_addr
+
+    @property
+    def peer_address(self):
+        return self._peer_addr
+
+    def closed(self):
+        return self._ep is None or self._ep.closed()
+
+    def abort(self):
+        ep, self._ep = self._ep, None
+        if ep is not None:
+            ep.abort()
+
+    async def close(self):
+        ep = self._ep
+        if ep is None:
+            return
+        try:
+            if not ep.closed():
+                await ep.send(_HEADER.pack(1, 0))
+        except Exception:  # the peer may be gone already; closing is what we want anyway
+            pass
+        finally:
+            self.abort()
+
+    async def write(self, msg, serializers=None, on_error="message"):
+        ep = self._ep
+        if ep is None or ep.closed():
+            raise CommClosedError(f"{self} is closed")
+        frames = await to_frames(
+            msg,
+            serializers=serializers,
+            on_error=on_error,
+            context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
+        )
+        meta = []
+        for f in frames:
+            meta += [int(_is_cuda(f)), _nbytes(f)]
+        try:
+            sends = [ep.send(_HEADER.pack(0, len(frames)))]
+            if frames:
+                sends.append(ep.send(struct.pack(f"{len(meta)}Q", *meta)))
+            sends += [ep.send(f) for f, n in zip(frames, meta[1::2]) if n]
+            await asyncio.gather(*sends)
+        except Exception as e:
+            self.abort()
+            raise CommClosedError(f"{self}: {e!r}") from e
+        return sum(meta[1::2])
+
+    async def read(self, deserializers=None):
+        ep = self._ep
+        if ep is None:
+            raise CommClosedError(f"{self} is closed")
+        try:
+            header = bytearray(_HEADER.size)
+            await ep.recv(header)
+            closing, n = _HEADER.unpack(header)
+            if closing:
+                raise CommClosedError(f"{self}: the peer closed the connection")
+            frames = []
+            if n:
+                meta = bytearray(16 * n)
+                await ep.recv(meta)
+                meta = struct.unpack(f"{2 * n}Q", meta)
+                frames = [
+                    _device_array(size) if cuda else bytearray(size) for cuda, size in zip(meta[0::2], meta[1::2])
+                ]
+                await asyncio.gather(*(ep.recv(f) for f, size in zip(frames, meta[1::2]) if size))
+        except CommClosedError:
+            self.abort()
+            raise
+        except BaseException as e:
+            # A canceled or failed receive, or the endpoint gone: the comm is unusable.
+            self.abort()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise CommClosedError(f"{self}: {e!r}") from e
+        return await from_frames(frames, deserialize=self.deserialize, deserializers=deserializers)
+
+
+class UCXAConnector(Connector):
+    async def connect(self, address, deserialize=True, **connection_args):
+        _init_ucx()
+        host, port = parse_host_port(address)
+        try:
+            ep = await ucp.create_endpoint(ensure_ip(host), port)
+        except (ucp.exceptions.UCXBaseException, RuntimeError) as e:
+            # OSError makes distributed retry until its connect timeout.
+            raise OSError(f"connecting to {SCHEME}://{address}: {e}") from e
+        local = ep.local_address
+        local_addr = f"{SCHEME}://{unparse_host_port(*local)}" if local else f"{SCHEME}://"
+        return UCXAComm(ep, local_addr, f"{SCHEME}://{address}", deserialize=deserialize)
+
+
+class UCXAListener(BaseListener):
+    prefix = f"{SCHEME}://"  # distributed's Worker builds addresses with it
+
+    def __init__(self, address, comm_handler, deserialize=True, allow_offload=True, **connection_args):
+        super().__init__()
+        self._host, self._port = parse_host_port(address, default_port=0)
+        self.comm_handler = comm_handler
+        self.deserialize = deserialize
+        self._listener = None
+
+    async def start(self):
+        _init_ucx()
+
+        async def serve(ep):
+            peer = ep.peer_address
+            peer_addr = f"{SCHEME}://{unparse_host_port(*peer)}" if peer else f"{SCHEME}://"
+            comm = UCXAComm(ep, self.contact_address, peer_addr, deserialize=self.deserialize)
+            try:
+                await self.on_connection(comm)
+            except CommClosedError:
+                logger.debug("Connection closed during the handshake: %s", comm)
+                return
+            await self.comm_handler(comm)
+
+        host = ensure_ip(self._host) if self._host else "0.0.0.0"
+        self._listener = ucp.create_listener(serve, port=self._port, ip=host)
+
+    def stop(self):
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self.abort_handshaking_comms()
+
+    @property
+    def port(self):
+        return self._listener.port if self._listener is not None else self._port
+
+    @property
+    def listen_address(self):
+        return f"{SCHEME}://{unparse_host_port(self._host or '0.0.0.0', self.port)}"
+
+    @property
+    def contact_address(self):
+        host = ensure_concrete_host(self._host or "0.0.0.0")
+        return f"{SCHEME}://{unparse_host_port(host, self.port)}"
+
+
+class UCXABackend(Backend):
+    """The ``ucxa`` backend (distributed instantiates it with no arguments)."""
+
+    def get_connector(self):
+        return UCXAConnector()
+
+    def get_listener(self, loc, handle_comm, deserialize, **connection_args):
+        return UCXAListener(loc, handle_comm, deserialize, **connection_args)
+
+    def get_address_host(self, loc):
+        return parse_host_port(loc)[0]
+
+    def get_address_host_port(self, loc):
+        return parse_host_port(loc)
+
+    def resolve_address(self, loc):
+        host, port = parse_host_port(loc)
+        return unparse_host_port(ensure_ip(host), port)
+
+    def get_local_address_for(self, loc):
+        host, port = parse_host_port(loc)
+        return unparse_host_port(get_ip(ensure_ip(host)), None)
