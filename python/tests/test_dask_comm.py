@@ -107,6 +107,52 @@ def _transpose_sum(n):
     return (x + x.T).sum(axis=0)
 
 
+@pytest.fixture(scope="module")
+def cluster_client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        protocol="ucxa",
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        with Client(cluster) as client:
+            yield client
+
+
+@pytest.mark.parametrize("method", ["tasks", "p2p"])
+def test_rechunk(cluster_client, method):
+    import dask
+    import dask.array as da
+
+    a = np.arange(240 * 240, dtype="i8").reshape(240, 240)
+    x = da.from_array(a, chunks=(240, 10))
+    with dask.config.set({"array.rechunk.method": method}):
+        y = x.rechunk((10, 240))
+    np.testing.assert_array_equal(cluster_client.compute(y).result(), a)
+
+
+@pytest.mark.parametrize("method", ["tasks", "p2p"])
+def test_dataframe_shuffle_and_merge(cluster_client, method):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    left = pd.DataFrame({"k": np.arange(2000) % 97, "a": np.arange(2000)})
+    right = pd.DataFrame({"k": np.arange(97), "b": np.arange(97) * 10})
+    dl = dd.from_pandas(left, npartitions=8)
+    dr = dd.from_pandas(right, npartitions=3)
+    shuffled = cluster_client.compute(dl.shuffle("k", shuffle_method=method)).result()
+    pd.testing.assert_frame_equal(shuffled.sort_values("a").reset_index(drop=True), left)
+    merged = cluster_client.compute(dl.merge(dr, on="k", shuffle_method=method)).result()
+    expected = left.merge(right, on="k")
+    pd.testing.assert_frame_equal(
+        merged.sort_values("a").reset_index(drop=True), expected.sort_values("a").reset_index(drop=True)
+    )
+
+
 def test_local_cluster_workers_exchange_data():
     from distributed import Client, LocalCluster
 
@@ -126,3 +172,34 @@ def test_local_cluster_workers_exchange_data():
             np.testing.assert_array_equal(got, (a + a.T).sum(axis=0))
             transferred = client.run(lambda dask_worker: dask_worker.state.transfer_incoming_count_total)
             assert sum(transferred.values()) > 0, transferred
+
+
+def _slow_square(x):
+    time.sleep(0.05)
+    return x * x
+
+
+def test_killed_worker_is_noticed_and_work_rescheduled():
+    import os
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        protocol="ucxa",
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        with Client(cluster) as client:
+            futures = client.map(_slow_square, range(60))
+            while sum(f.done() for f in futures) < 5:
+                time.sleep(0.01)
+            pids = client.run(os.getpid)
+            victim = sorted(pids)[0]
+            # The worker process dies without a goodbye (its nanny restarts it).
+            os.kill(pids[victim], signal.SIGKILL)
+            assert client.gather(futures) == [x * x for x in range(60)]
+            assert victim not in client.scheduler_info()["workers"]
