@@ -2,6 +2,7 @@
 concurrent clients, closing from either side, connect timeout, addresses) and a LocalCluster
 whose workers exchange data over it."""
 import asyncio
+import sys
 import time
 
 import numpy as np
@@ -203,3 +204,43 @@ def test_killed_worker_is_noticed_and_work_rescheduled():
             os.kill(pids[victim], signal.SIGKILL)
             assert client.gather(futures) == [x * x for x in range(60)]
             assert victim not in client.scheduler_info()["workers"]
+
+
+def test_cli_scheduler_and_worker():
+    """`dask scheduler --protocol ucxa` and `dask worker ucxa://...` as separate processes."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+
+    from distributed import Client
+
+    dask_cli = shutil.which("dask") or os.path.join(os.path.dirname(sys.executable), "dask")
+    with socket.socket() as s:  # a free port for the scheduler
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"ucxa://127.0.0.1:{port}"
+    common = ["--no-dashboard"]
+    sched = subprocess.Popen(
+        [dask_cli, "scheduler", "--protocol", "ucxa", "--host", "127.0.0.1", "--port", str(port), *common],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = subprocess.Popen(
+        [dask_cli, "worker", address, "--host", "127.0.0.1", "--nthreads", "1", *common],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=30)
+            assert all(w.startswith("ucxa://127.0.0.1:") for w in client.scheduler_info()["workers"])
+            assert client.submit(sum, [1, 2, 3]).result(timeout=30) == 6
+    finally:
+        for p in (worker, sched):
+            p.terminate()
+        for p in (worker, sched):
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -292,7 +292,10 @@ class ApplicationContext:
                 ucx_ep, msg_tag, ctrl_tag, listener=False, connect_timeout=self.connect_timeout
             )
         except BaseException:
-            ucx_ep.close()
+            try:
+                ucx_ep.close()
+            except UCXBaseException:  # the connection failed; the handshake error is the news
+                pass
             raise
         # Our last handshake send usually finishes inline, where UCX-Py's went through a
         # future: yield a few loop iterations so that a listener in this process can finish

@@ -342,7 +342,14 @@ fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()
             }
             match req.wait() {
                 // A peer already gone is what closing is for, not a failure to report.
-                Err(e) if matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout) => Ok(()),
+                Err(e)
+                    if matches!(
+                        e.status(),
+                        Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable
+                    ) =>
+                {
+                    Ok(())
+                }
                 r => r.map(drop),
             }
         }
