@@ -23,6 +23,19 @@ def test_backend_is_registered_by_entry_point():
     assert backend.resolve_address("localhost:5") == "127.0.0.1:5"
 
 
+def test_config_namespace_sets_ucx_options(fresh_ucp):
+    import dask
+
+    import ucp
+    from ucp.dask_comm import _init_ucx
+
+    with dask.config.set({"ucxa.environment": {"seg-size": "4K"}, "ucxa.net-devices": "lo"}):
+        _init_ucx()
+    config = ucp.get_config()
+    assert config["SEG_SIZE"] == "4K"
+    assert config["NET_DEVICES"] == "lo"
+
+
 def test_client_server_twenty_clients(fresh_ucp):
     async def main():
         async def handle(comm):

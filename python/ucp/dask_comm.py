@@ -42,7 +42,7 @@ def _init_ucx():
         if value is not None:
             options[name] = str(value)
     for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
-        options[str(name).upper().removeprefix("UCX_")] = str(value)
+        options[str(name).upper().replace("-", "_").removeprefix("UCX_")] = str(value)
     ucp.init(options, env_takes_precedence=True)
 
 
