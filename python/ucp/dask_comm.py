@@ -22,6 +22,7 @@ from distributed.comm.addressing import parse_host_port, unparse_host_port
 from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector
 from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
+from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
 
 import ucp
@@ -143,8 +144,9 @@ class UCXAComm(Comm):
                 meta = bytearray(16 * n)
                 await ep.recv(meta)
                 meta = struct.unpack(f"{2 * n}Q", meta)
+                # host_array: uninitialised memory (a bytearray would be zero-filled first).
                 frames = [
-                    _device_array(size) if cuda else bytearray(size) for cuda, size in zip(meta[0::2], meta[1::2])
+                    _device_array(size) if cuda else host_array(size) for cuda, size in zip(meta[0::2], meta[1::2])
                 ]
                 await asyncio.gather(*(ep.recv(f) for f, size in zip(frames, meta[1::2]) if size))
         except CommClosedError:
