@@ -103,6 +103,32 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
     run(main(), timeout=60)
 
 
+def test_large_write_completes_before_the_peer_reads(fresh_ucp):
+    """A 12 MB write returns while the peer has not posted a read yet (a rendezvous send
+    cannot finish before that): both sides may write before they read."""
+
+    async def main():
+        server_comm = asyncio.get_running_loop().create_future()
+
+        async def handle(comm):
+            server_comm.set_result(comm)
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            comm = await connect(listener.contact_address)
+            server = await server_comm
+            big = np.arange(12_000_000 // 8, dtype="i8")
+            await asyncio.wait_for(comm.write({"x": big}), 10)
+            await asyncio.wait_for(server.write({"y": big}), 10)
+            got_server = await asyncio.wait_for(server.read(), 10)
+            got_client = await asyncio.wait_for(comm.read(), 10)
+            np.testing.assert_array_equal(got_server["x"], big)
+            np.testing.assert_array_equal(got_client["y"], big)
+            await comm.close()
+            await server.close()
+
+    run(main(), timeout=60)
+
+
 def test_connect_timeout(fresh_ucp):
     async def main():
         # Nothing listens there: connect retries until its timeout, then raises OSError.

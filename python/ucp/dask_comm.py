@@ -76,6 +76,7 @@ class UCXAComm(Comm):
         self._ep = ep
         self._local_addr = local_addr
         self._peer_addr = peer_addr
+        self._sending = None  # the sends of the last write, until they have finished
 
     @property
     def local_address(self):
@@ -92,12 +93,17 @@ class UCXAComm(Comm):
         ep, self._ep = self._ep, None
         if ep is not None:
             ep.abort()
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            # Canceled with the endpoint; nobody waits for it any more.
+            sending.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def close(self):
         ep = self._ep
         if ep is None:
             return
         try:
+            await self._sent()
             if not ep.closed():
                 await ep.send(_HEADER.pack(1, 0))
         except Exception:  # the peer may be gone already; closing is what we want anyway
@@ -118,16 +124,31 @@ class UCXAComm(Comm):
         meta = []
         for f in frames:
             meta += [int(_is_cuda(f)), _nbytes(f)]
+        # The previous message must be under way first (order on the tag), and its failure is
+        # this write's failure.
+        await self._sent()
+        # Posted now, finished later: a large (rendezvous) send completes only once the peer
+        # receives, and a writer must not wait for a reader that is itself still writing.
+        sends = [ep.send(_HEADER.pack(0, len(frames)))]
+        if frames:
+            sends.append(ep.send(struct.pack(f"{len(meta)}Q", *meta)))
+        sends += [ep.send(f) for f, n in zip(frames, meta[1::2]) if n]
+        self._sending = asyncio.ensure_future(asyncio.gather(*sends))
+        await asyncio.sleep(0)  # let the sends be posted before anything else is written
+        if self._sending.done():
+            await self._sent()
+        return sum(meta[1::2])
+
+    async def _sent(self):
+        """Waits for the sends of the last write; a failure closes the comm."""
+        sending, self._sending = self._sending, None
+        if sending is None:
+            return
         try:
-            sends = [ep.send(_HEADER.pack(0, len(frames)))]
-            if frames:
-                sends.append(ep.send(struct.pack(f"{len(meta)}Q", *meta)))
-            sends += [ep.send(f) for f, n in zip(frames, meta[1::2]) if n]
-            await asyncio.gather(*sends)
+            await sending
         except Exception as e:
             self.abort()
             raise CommClosedError(f"{self}: {e!r}") from e
-        return sum(meta[1::2])
 
     async def read(self, deserializers=None):
         ep = self._ep
