@@ -129,6 +129,32 @@ def test_large_write_completes_before_the_peer_reads(fresh_ucp):
     run(main(), timeout=60)
 
 
+def test_hundred_listeners_with_distinct_addresses_and_repr(fresh_ucp):
+    async def main():
+        seen = []
+
+        async def handle(comm):
+            seen.append(comm)
+            await comm.write("hi")
+
+        listeners = [await listen("ucxa://127.0.0.1:0", handle) for _ in range(100)]
+        try:
+            addresses = {lst.contact_address for lst in listeners}
+            assert len(addresses) == 100
+            for lst in listeners[::20]:
+                comm = await connect(lst.contact_address)
+                assert await comm.read() == "hi"
+                text = repr(comm)
+                assert "UCXAComm" in text and comm.local_address in text and lst.contact_address in text
+                await comm.close()
+            assert len(seen) == 5
+        finally:
+            for lst in listeners:
+                lst.stop()
+
+    run(main(), timeout=120)
+
+
 def test_connect_timeout(fresh_ucp):
     async def main():
         # Nothing listens there: connect retries until its timeout, then raises OSError.
