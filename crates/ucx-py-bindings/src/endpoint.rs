@@ -47,11 +47,8 @@ impl Endpoint {
         Ok(Endpoint { engine: engine.clone(), shared })
     }
 
-    pub(crate) fn ucx_ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
-        self.ep(py)
-    }
-
-    fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
+    /// The UCX endpoint, or `UCXCloseError` once closed.
+    pub(crate) fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
         lock(&self.shared.ep).clone().ok_or_else(|| errors::new(py, Kind::CloseError, "Endpoint closed"))
     }
 
@@ -145,11 +142,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
-        let nbytes = buf.len();
-        let name = self.name("Recv", Some(tag), nbytes, name);
-        let submitted = self.engine.worker.tag_recv_owned(buf, tag, ucx_core::FULL_MASK);
-        self.engine.track(py, submitted, on_done, meta(name, Some(nbytes), Some(self.shared.key)))
+        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, on_done, Some(&self.shared), name)
     }
 
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure

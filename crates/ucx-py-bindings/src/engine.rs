@@ -206,17 +206,14 @@ impl Engine {
         meta: Meta,
     ) -> PyResult<Option<Py<PyAny>>> {
         let mut owned = submitted.map_err(|e| errors::from_core(py, &e))?;
-        let id = self.next_key();
-        let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
-        if let Poll::Ready(r) = owned.poll_complete(&mut TaskContext::from_waker(&waker)) {
-            lock(&self.done.0).retain(|d| *d != id);
+        let (id, finished) = self.first_poll(&mut owned);
+        if let Some(r) = finished {
             drop(owned);
             buffer::release_deferred(py);
             return outcome(py, r, &meta).map(|_| None);
         }
         let (target, ret) = Target::new(py, on_done)?;
-        lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink: Sink::Target(target), meta });
-        self.needs_progress(py);
+        self.keep(py, id, owned, Sink::Target(target), meta);
         match ret {
             Some(fut) => Ok(Some(fut)),
             // A callback target: hand back a request to poll or cancel.
@@ -226,15 +223,30 @@ impl Engine {
 
     /// Tracks an operation whose outcome goes to `sink` (rendezvous active messages,
     /// delivered to their endpoint's queue).
-    pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, owned: Owned<B>, sink: Sink, meta: Meta) {
-        let mut owned = owned;
+    pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, mut owned: Owned<B>, sink: Sink, meta: Meta) {
+        let (id, finished) = self.first_poll(&mut owned);
+        match finished {
+            Some(r) => sink.deliver(self, py, outcome(py, r, &meta)),
+            None => self.keep(py, id, owned, sink, meta),
+        }
+    }
+
+    /// Gives a submitted operation an id and a waker that queues that id on completion;
+    /// returns the id and the result if UCX has already finished the operation.
+    fn first_poll<B: Send + 'static>(&self, owned: &mut Owned<B>) -> (u64, Option<ucx_core::Result<Completion>>) {
         let id = self.next_key();
         let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
-        if let Poll::Ready(r) = owned.poll_complete(&mut TaskContext::from_waker(&waker)) {
-            lock(&self.done.0).retain(|d| *d != id);
-            sink.deliver(self, py, outcome(py, r, &meta));
-            return;
+        match owned.poll_complete(&mut TaskContext::from_waker(&waker)) {
+            Poll::Ready(r) => {
+                lock(&self.done.0).retain(|d| *d != id);
+                (id, Some(r))
+            }
+            Poll::Pending => (id, None),
         }
+    }
+
+    /// Keeps an operation in flight until its completion is drained.
+    fn keep<B: Send + 'static>(&self, py: Python<'_>, id: u64, owned: Owned<B>, sink: Sink, meta: Meta) {
         lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink, meta });
         self.needs_progress(py);
     }

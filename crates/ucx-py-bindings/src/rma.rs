@@ -97,7 +97,7 @@ pub(crate) struct RemoteKey {
 
 impl Endpoint {
     pub(crate) fn unpack_rkey_impl(&self, py: Python<'_>, packed: &[u8]) -> PyResult<RemoteKey> {
-        let ep = self.ucx_ep(py)?;
+        let ep = self.ep(py)?;
         let key = ep.unpack_rkey(packed).map_err(|e| errors::from_core(py, &e))?;
         Ok(RemoteKey { inner: Arc::new(key) })
     }
@@ -110,7 +110,7 @@ impl Endpoint {
         rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ucx_ep(py)?;
+        let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?;
         let name = Name::Given("put".into());
         // The key travels with the buffer: UCX uses it until the operation completes.
@@ -126,7 +126,7 @@ impl Endpoint {
         rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ucx_ep(py)?;
+        let ep = self.ep(py)?;
         let buf = PyBuf::writable(buffer)?;
         let name = Name::Given("get".into());
         let submitted =

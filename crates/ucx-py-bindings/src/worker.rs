@@ -14,7 +14,7 @@ use ucx_core::{Armed, Features, Owned, WorkerAddress, FULL_MASK};
 use crate::buffer::PyBuf;
 use crate::context::Context;
 use crate::endpoint::Endpoint;
-use crate::engine::{lock, Engine, Meta, Name};
+use crate::engine::{lock, Engine, EpShared, Meta, Name};
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
 
@@ -174,17 +174,7 @@ impl Worker {
         ep: Option<&Endpoint>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
-        let nbytes = buf.len();
-        let ep_key = ep.map(|e| e.shared.key);
-        let name = name.map(Name::Given).unwrap_or(Name::Op {
-            what: "Recv",
-            ep: ep.map_or(0, |e| e.shared.handle),
-            tag: Some(tag),
-            nbytes,
-        });
-        let submitted = self.engine.worker.tag_recv_owned(buf, tag, mask);
-        self.engine.track(py, submitted, on_done, meta(name, Some(nbytes), ep_key))
+        tag_recv(&self.engine, py, buffer, tag, mask, on_done, ep.map(|e| &*e.shared), name)
     }
 
     /// Registers the callable that allocates received active messages of a memory type
@@ -254,6 +244,31 @@ impl Worker {
     fn listen(&self, py: Python<'_>, callback: Py<PyAny>, port: u16, ip: Option<&str>) -> PyResult<Listener> {
         Listener::bind(py, &self.engine, callback, port, ip)
     }
+}
+
+/// A worker-wide tag receive that must fill `buffer` exactly; registered on `ep` (if given),
+/// whose closing or failure cancels it. Shared by `Worker.tag_recv` and `Endpoint.tag_recv`.
+#[allow(clippy::too_many_arguments)] // UCX-Py's keyword arguments, one for one
+pub(crate) fn tag_recv(
+    engine: &Arc<Engine>,
+    py: Python<'_>,
+    buffer: &Bound<'_, PyAny>,
+    tag: u64,
+    mask: u64,
+    on_done: Option<&Bound<'_, PyAny>>,
+    ep: Option<&EpShared>,
+    name: Option<String>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
+    let nbytes = buf.len();
+    let name = name.map(Name::Given).unwrap_or(Name::Op {
+        what: "Recv",
+        ep: ep.map_or(0, |e| e.handle),
+        tag: Some(tag),
+        nbytes,
+    });
+    let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
+    engine.track(py, submitted, on_done, meta(name, Some(nbytes), ep.map(|e| e.key)))
 }
 
 pub(crate) fn meta(name: Name, expect_len: Option<usize>, ep: Option<u64>) -> Meta {
