@@ -20,6 +20,7 @@ from functools import partial  # noqa: F401  (UCX-Py's namespace had it)
 
 from . import _ucx_async
 from ._libs import ucx_api
+from ._libs.arr import Array
 from ._libs.exceptions import (
     UCXBaseException,
     UCXCanceled,
@@ -505,12 +506,7 @@ class Endpoint:
         if ep is None:
             # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
             raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
-        if force_tag:
-            pass
-        elif tag is None and self._tags is not None:
-            tag = self._tags["msg_send"]
-        else:
-            tag = self._tag("msg_send", tag, force_tag)
+        tag = self._tag("msg_send", tag, force_tag)
         self._send_count += 1
         try:
             # One native call: raises the peer's failure, or UCXCloseError if closed, first.
@@ -526,12 +522,7 @@ class Endpoint:
     async def recv(self, buffer, tag=None, force_tag=False):
         """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
         message that arrived before the endpoint closed can still be received."""
-        if force_tag:
-            pass
-        elif tag is None and self._tags is not None:
-            tag = self._tags["msg_recv"]
-        else:
-            tag = self._tag("msg_recv", tag, force_tag)
+        tag = self._tag("msg_recv", tag, force_tag)
         ep = self._ep
         if ep is None:
             # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
@@ -655,18 +646,9 @@ class Endpoint:
         return self._ep.socket_addrs()[1]
 
 
-def _cai_nbytes(obj):
-    iface = obj.__cuda_array_interface__
-    n = int(re.sub(r"\D", "", iface["typestr"]) or 1)
-    for d in iface["shape"]:
-        n *= d
-    return n
-
-
 def _nbytes(obj):
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _cai_nbytes(obj)
-    return memoryview(obj).nbytes
+    """Size in bytes of a buffer-protocol or CUDA-array object."""
+    return Array(obj).nbytes
 
 
 # --- the module functions, on the global context ---------------------------------------

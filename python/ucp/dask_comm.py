@@ -26,6 +26,7 @@ from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
 
 import ucp
+from ucp._libs.arr import Array
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +57,6 @@ def _device_array(n):
         import cupy
 
         return cupy.empty(n, dtype="u1")
-
-
-def _is_cuda(frame):
-    return hasattr(frame, "__cuda_array_interface__")
-
-
-def _nbytes(frame):
-    if _is_cuda(frame):
-        return ucp.core._nbytes(frame)
-    return memoryview(frame).nbytes
 
 
 class UCXAComm(Comm):
@@ -123,7 +114,8 @@ class UCXAComm(Comm):
         )
         meta = []
         for f in frames:
-            meta += [int(_is_cuda(f)), _nbytes(f)]
+            arr = Array(f)
+            meta += [int(arr.cuda), arr.nbytes]
         # The previous message must be under way first (order on the tag), and its failure is
         # this write's failure.
         await self._sent()
