@@ -173,18 +173,25 @@ def _transpose_sum(n):
     return (x + x.T).sum(axis=0)
 
 
-@pytest.fixture(scope="module")
-def cluster_client():
-    from distributed import Client, LocalCluster
+def local_cluster():
+    """Two worker processes talking ucxa over 127.0.0.1."""
+    from distributed import LocalCluster
 
-    with LocalCluster(
+    return LocalCluster(
         protocol="ucxa",
         n_workers=2,
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
-    ) as cluster:
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    from distributed import Client
+
+    with local_cluster() as cluster:
         with Client(cluster) as client:
             yield client
 
@@ -220,16 +227,9 @@ def test_dataframe_shuffle_and_merge(cluster_client, method):
 
 
 def test_local_cluster_workers_exchange_data():
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(
-        protocol="ucxa",
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:
+    with local_cluster() as cluster:
         assert cluster.scheduler_address.startswith("ucxa://127.0.0.1:")
         with Client(cluster) as client:
             n = 400
@@ -249,16 +249,9 @@ def test_killed_worker_is_noticed_and_work_rescheduled():
     import os
     import signal
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(
-        protocol="ucxa",
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:
+    with local_cluster() as cluster:
         with Client(cluster) as client:
             futures = client.map(_slow_square, range(60))
             while sum(f.done() for f in futures) < 5:
