@@ -39,16 +39,11 @@ ucxx() { .venv-ucxx/bin/python -m ucxx.benchmarks.send_recv -l ucxx-async -n "$S
     --n-warmup-iter "$WARMUP" -s 127.0.0.1 --reuse-alloc --no-detailed-report "$@" 2>/dev/null | parse; }
 
 UCX_PREFIX="$("$PY" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
-PORT=$((20000 + RANDOM % 20000))
+# shellcheck source=scripts/perftest.sh
+source "$ROOT/scripts/perftest.sh"
 # ucx_perftest tag_lat: one-way median (µs) and the bandwidth of its round trips (MiB/s)
-perftest() {
-    PORT=$((PORT + 1))
-    LD_LIBRARY_PATH="$UCX_PREFIX/lib" "$UCX_PREFIX/bin/ucx_perftest" -p $PORT >/dev/null 2>&1 &
-    local server=$!
-    sleep 1
-    LD_LIBRARY_PATH="$UCX_PREFIX/lib" "$UCX_PREFIX/bin/ucx_perftest" 127.0.0.1 -p $PORT -t tag_lat \
-        -s "$SIZE" -n "$ITERS" 2>/dev/null | awk -v s="$SIZE" '/Final/ {printf "%.2f %.1f\n", $3, s / ($3 * 1e-6) / 1048576}'
-    wait $server 2>/dev/null || true
+perftest_lat() {
+    perftest tag_lat "$SIZE" "$ITERS" | awk -v s="$SIZE" '{printf "%.2f %.1f\n", $3, s / ($3 * 1e-6) / 1048576}'
 }
 
 printf '%-44s %12s %12s\n' "run" "8 B µs" "1 MiB MiB/s"
@@ -66,7 +61,7 @@ run "ucp (ours), non-blocking" ours_polling
 run "ucxx-async, blocking" ucxx --progress-mode blocking
 run "ucxx-async, polling" ucxx --progress-mode polling
 run "ucxx-async, thread" ucxx --progress-mode thread
-run "ucx_perftest tag_lat" perftest
+run "ucx_perftest tag_lat" perftest_lat
 
 best_ucxx_lat=$("$PY" -c "print(min(${LAT["ucxx-async, blocking"]}, ${LAT["ucxx-async, polling"]}, ${LAT["ucxx-async, thread"]}))")
 best_ucxx_bw=$("$PY" -c "print(max(${BW["ucxx-async, blocking"]}, ${BW["ucxx-async, polling"]}, ${BW["ucxx-async, thread"]}))")

@@ -8,23 +8,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH"
 UCX_PREFIX="$(python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
-PERFTEST="$UCX_PREFIX/bin/ucx_perftest"
 LAT_N=${LAT_N:-100000}
 BW_N=${BW_N:-2000}
 cargo build --quiet --release -p ucx-async --example bench
 BENCH="$ROOT/target/release/examples/bench"
-PORT=$((20000 + RANDOM % 20000))
-
-# ucx_perftest TEST SIZE N [EXTRA...] -> its "Final:" line
-perftest() {
-    local test=$1 size=$2 n=$3; shift 3
-    PORT=$((PORT + 1))
-    LD_LIBRARY_PATH="$UCX_PREFIX/lib" UCX_NET_DEVICES=lo "$PERFTEST" -p $PORT "$@" >/dev/null 2>&1 &
-    local server=$!
-    sleep 1
-    LD_LIBRARY_PATH="$UCX_PREFIX/lib" UCX_NET_DEVICES=lo "$PERFTEST" 127.0.0.1 -p $PORT -t "$test" -s "$size" -n "$n" "$@" 2>/dev/null | grep Final
-    wait $server 2>/dev/null || true
-}
+# shellcheck source=scripts/perftest.sh
+source "$ROOT/scripts/perftest.sh"
 
 # field K of a RESULT line
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
