@@ -62,6 +62,23 @@ class NonBlockingMode(ProgressTask):
             await asyncio.sleep(0)
 
 
+# Per native worker, its blocking-mode drivers by event loop. An operation that needs progress
+# asks the driver of the loop it was submitted from; from a thread without a driven loop it
+# asks them all. (One driver for every loop would strand a loop whose driver's thread ended.)
+_drivers = weakref.WeakKeyDictionary()
+
+
+def _dispatcher(drivers):
+    """The worker's progress hook over ``drivers`` (it holds no reference to the worker)."""
+
+    def hook():
+        driver = drivers.get(asyncio._get_running_loop())
+        for d in [driver] if driver is not None else list(drivers.values()):
+            d._schedule()
+
+    return hook
+
+
 class BlockingMode(ProgressTask):
     """Sleeps on the worker's wakeup fd; progresses and re-arms when it fires or when an
     operation asks for it."""
@@ -71,7 +88,11 @@ class BlockingMode(ProgressTask):
         self._fd = epoll_fd
         self._scheduled = False
         event_loop.add_reader(epoll_fd, self._on_fd)
-        worker.set_progress_hook(self._schedule)
+        drivers = _drivers.get(worker)
+        if drivers is None:
+            drivers = _drivers[worker] = {}
+            worker.set_progress_hook(_dispatcher(drivers))
+        drivers[event_loop] = self
         self._schedule()
 
     def _schedule(self):
@@ -114,5 +135,6 @@ class BlockingMode(ProgressTask):
             loop.remove_reader(fd)
         self._fd = None
         worker = self.worker()
-        if worker is not None:
-            worker.set_progress_hook(None)
+        drivers = _drivers.get(worker) if worker is not None else None
+        if drivers is not None and drivers.get(loop) is self:
+            del drivers[loop]

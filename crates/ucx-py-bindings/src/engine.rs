@@ -8,7 +8,7 @@
 //! thread with the GIL held and calls into Python with no lock held, so Python code it runs
 //! may submit operations or progress again.
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
@@ -163,11 +163,9 @@ pub(crate) struct Engine {
     pub(crate) endpoints: Mutex<HashMap<u64, Arc<EpShared>>>,
     pub(crate) am: Mutex<AmRouting>,
     next_id: AtomicU64,
-    /// Called (once until the next `run`) when an operation needs progress the event loop
-    /// might otherwise never give it: the blocking-mode driver's `schedule`.
+    /// Called when an operation needs progress the event loop might otherwise never give it:
+    /// the blocking-mode drivers' dispatcher.
     pub(crate) progress_hook: Mutex<Option<Py<PyAny>>>,
-    hook_pending: AtomicBool,
-
     /// Operations canceled because their endpoint failed (UCX-Py's
     /// `cancel_inflight_messages` count).
     pub(crate) canceled_on_error: AtomicU64,
@@ -185,7 +183,6 @@ impl Engine {
             am: Mutex::default(),
             next_id: AtomicU64::new(1),
             progress_hook: Mutex::default(),
-            hook_pending: AtomicBool::new(false),
 
             canceled_on_error: AtomicU64::new(0),
         }
@@ -251,22 +248,15 @@ impl Engine {
         self.needs_progress(py);
     }
 
-    /// Asks the event-loop driver for a progress pass, once until it runs.
+    /// Asks the event-loop driver for a progress pass (the hook picks the driver of the
+    /// calling thread's loop, and dedupes passes already scheduled).
     pub(crate) fn needs_progress(&self, py: Python<'_>) {
-        if self.hook_pending.swap(true, Ordering::AcqRel) {
-            return;
-        }
         let hook = lock(&self.progress_hook).as_ref().map(|h| h.clone_ref(py));
         if let Some(hook) = hook {
             if let Err(e) = hook.bind(py).call0() {
                 e.write_unraisable(py, None);
             }
         }
-    }
-
-    /// The driver is running: later submissions must ask again.
-    pub(crate) fn hook_ran(&self) {
-        self.hook_pending.store(false, Ordering::Release);
     }
 
     /// Progresses the worker until it has nothing more to do, with the GIL released, then

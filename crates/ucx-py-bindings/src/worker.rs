@@ -75,7 +75,6 @@ impl Worker {
     #[pyo3(signature = (spin_us = 0))]
     fn progress_and_arm(&self, py: Python<'_>, spin_us: u64) -> PyResult<bool> {
         let engine = &self.engine;
-        engine.hook_ran();
         if engine.progress(py) {
             return Ok(true);
         }
