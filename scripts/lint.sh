@@ -7,4 +7,5 @@ cd "$ROOT"
 export VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy -p ucx-async --features tracing --all-targets --quiet -- -D warnings
 bash ci-support/cuda-check.sh

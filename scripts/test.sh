@@ -6,4 +6,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 cargo test --workspace
+cargo test -p ucx-async --features tracing --test tracing
 python -m pytest -q python/tests

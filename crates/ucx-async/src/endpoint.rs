@@ -1,5 +1,6 @@
 //! The async [`Endpoint`]: a connection with the UCX-Py handshake behind it, data on its
 //! per-endpoint tags, and failure and close propagated to every pending receive.
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -73,6 +74,30 @@ fn params(state: &Arc<EpState>, worker: &Worker, error_handling: bool) -> Endpoi
     })
 }
 
+/// Runs a connect or accept inside a `tracing` span named after it, with an event for its
+/// outcome; without the `tracing` feature, just `fut`.
+#[cfg(feature = "tracing")]
+async fn traced<A: std::fmt::Debug>(
+    fut: impl Future<Output = Result<Endpoint>>,
+    what: &'static str,
+    peer: A,
+) -> Result<Endpoint> {
+    use tracing::Instrument;
+    let span = tracing::info_span!("ucx_endpoint", op = what, peer = ?peer);
+    let r = fut.instrument(span.clone()).await;
+    let _entered = span.enter();
+    match &r {
+        Ok(ep) => tracing::debug!(flavour = ?ep.flavour(), tags = ?ep.tags(), "ucx-async: {what} done"),
+        Err(e) => tracing::warn!(error = %e, "ucx-async: {what} failed"),
+    }
+    r
+}
+
+#[cfg(not(feature = "tracing"))]
+async fn traced<A>(fut: impl Future<Output = Result<Endpoint>>, _what: &'static str, _peer: A) -> Result<Endpoint> {
+    fut.await
+}
+
 impl Endpoint {
     /// Connects to a listener at `addr` and performs the handshake, detecting whether the
     /// listener speaks UCX-Py's or UCXX's (ucx-async and UCX-Py listeners speak UCX-Py's).
@@ -82,12 +107,14 @@ impl Endpoint {
 
     /// [`Endpoint::connect`] with options.
     pub async fn connect_with(worker: &Worker, addr: SocketAddr, options: ConnectOptions) -> Result<Endpoint> {
-        #[cfg(feature = "tracing")]
-        let _span = tracing::info_span!("ucx_connect", %addr).entered();
-        let state = Arc::new(EpState::new());
-        let core = ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
-        let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout).await?;
-        Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+        let connect = async {
+            let state = Arc::new(EpState::new());
+            let core =
+                ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
+            let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout).await?;
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+        };
+        traced(connect, "connect", addr).await
     }
 
     /// Connects to a worker by its address, without a handshake: data travels on the given
@@ -104,10 +131,15 @@ impl Endpoint {
         flavour: Flavour,
         options: ConnectOptions,
     ) -> Result<Endpoint> {
-        let state = Arc::new(EpState::new());
-        let core = ucx_core::Endpoint::accept(worker.core(), request, params(&state, worker, options.error_handling))?;
-        let tags = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
-        Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+        let client = request.client_addr();
+        let accept = async {
+            let state = Arc::new(EpState::new());
+            let core =
+                ucx_core::Endpoint::accept(worker.core(), request, params(&state, worker, options.error_handling))?;
+            let tags = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+        };
+        traced(accept, "accept", client).await
     }
 
     fn established(
@@ -328,7 +360,7 @@ impl Endpoint {
     /// then closes the UCX endpoint with a flush (forcibly if the peer already failed).
     pub async fn close(&self) -> Result<()> {
         #[cfg(feature = "tracing")]
-        tracing::debug!("ucx-async: closing endpoint");
+        tracing::debug!(tags = ?self.inner.tags, up = self.inner.state.check("close").is_ok(), "ucx-async: closing endpoint");
         if self.inner.state.check("close").is_ok() {
             if let Some(ctrl) = self.inner.tags.and_then(|t| t.ctrl_send) {
                 let msg = CtrlMsg::shutdown(self.inner.state.sends.load(Ordering::Acquire)).encode();
@@ -349,6 +381,8 @@ impl Endpoint {
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX
     /// cancels pending sends.
     pub fn abort(&self) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(tags = ?self.inner.tags, "ucx-async: aborting endpoint");
         self.inner.state.go_down(CLOSED);
         self.inner.core.force_close_now();
     }

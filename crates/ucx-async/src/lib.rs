@@ -27,7 +27,7 @@ mod worker;
 pub use am::{AmAllocator, AmBuffer};
 pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
 pub use handshake::Tags;
-pub use listener::Listener;
+pub use listener::{Incoming, Listener};
 pub use reactor::ProgressMode;
 pub use ucx_core as core;
 pub use ucx_core::wire::Flavour;

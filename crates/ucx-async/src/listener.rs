@@ -1,7 +1,13 @@
-//! The async [`Listener`]: accepts connections and runs the server side of the handshake.
+//! The async [`Listener`]: accepts connections and runs the server side of the handshake,
+//! one connection at a time ([`Listener::accept`]) or concurrently as a stream
+//! ([`Listener::incoming`]).
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use futures_core::Stream;
 use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinSet;
 use ucx_core::wire::Flavour;
 use ucx_core::{ConnRequest, Error, Result, Status};
 
@@ -12,7 +18,7 @@ use crate::worker::Worker;
 pub struct Listener {
     core: ucx_core::Listener,
     worker: Worker,
-    incoming: Mutex<mpsc::UnboundedReceiver<ConnRequest>>,
+    requests: Mutex<mpsc::UnboundedReceiver<ConnRequest>>,
     flavour: Flavour,
     options: ConnectOptions,
 }
@@ -33,7 +39,7 @@ impl Listener {
             let _ = tx.send(req);
             signals.wake();
         })?;
-        Ok(Listener { core, worker: worker.clone(), incoming: Mutex::new(rx), flavour, options })
+        Ok(Listener { core, worker: worker.clone(), requests: Mutex::new(rx), flavour, options })
     }
 
     /// The bound address and port.
@@ -43,19 +49,88 @@ impl Listener {
 
     /// Waits for the next connection and completes its handshake. A client that fails the
     /// handshake yields an error for that connection only; call `accept` again for the next.
+    /// While one handshake runs, later clients wait; [`Listener::incoming`] runs them side by side.
     pub async fn accept(&self) -> Result<Endpoint> {
-        let req = self.incoming.lock().await.recv().await;
+        let req = self.requests.lock().await.recv().await;
         let Some(req) = req else {
             return Err(Error::with_detail("Listener::accept", Status::Canceled, "the listener is closed"));
         };
-        #[cfg(feature = "tracing")]
-        tracing::debug!(client = ?req.client_addr(), "ucx-async: accepting");
         Endpoint::accept(&self.worker, req, self.flavour, self.options).await
+    }
+
+    /// The incoming connections as a [`Stream`] of handshaken endpoints. Handshakes run
+    /// concurrently (a slow or silent client delays nobody else) and endpoints are yielded in
+    /// the order their handshakes finish; a failed handshake is an `Err` item and the stream
+    /// goes on. Dropping the stream abandons the handshakes still running (those clients see
+    /// their connection fail); later requests wait for the next `accept` or `incoming`.
+    pub fn incoming(&mut self) -> Incoming<'_> {
+        Incoming {
+            requests: self.requests.get_mut(),
+            worker: &self.worker,
+            flavour: self.flavour,
+            options: self.options,
+            handshakes: JoinSet::new(),
+        }
+    }
+}
+
+/// The stream returned by [`Listener::incoming`].
+pub struct Incoming<'a> {
+    requests: &'a mut mpsc::UnboundedReceiver<ConnRequest>,
+    worker: &'a Worker,
+    flavour: Flavour,
+    options: ConnectOptions,
+    handshakes: JoinSet<Result<Endpoint>>,
+}
+
+impl Incoming<'_> {
+    /// The next handshaken endpoint (the stream's next item, without a `StreamExt` import).
+    pub async fn next(&mut self) -> Option<Result<Endpoint>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+}
+
+impl Stream for Incoming<'_> {
+    type Item = Result<Endpoint>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Start a handshake for every request that has arrived, then report a finished one.
+        let mut closed = false;
+        loop {
+            match this.requests.poll_recv(cx) {
+                Poll::Ready(Some(req)) => {
+                    let (worker, flavour, options) = (this.worker.clone(), this.flavour, this.options);
+                    this.handshakes.spawn(async move { Endpoint::accept(&worker, req, flavour, options).await });
+                }
+                Poll::Ready(None) => {
+                    closed = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        match this.handshakes.poll_join_next(cx) {
+            Poll::Ready(Some(Ok(result))) => Poll::Ready(Some(result)),
+            Poll::Ready(Some(Err(join))) => Poll::Ready(Some(Err(Error::with_detail(
+                "Listener::incoming",
+                Status::Canceled,
+                format!("the handshake task ended abnormally: {join}"),
+            )))),
+            Poll::Ready(None) if closed => Poll::Ready(None),
+            _ => Poll::Pending,
+        }
     }
 }
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener").field("addr", &self.local_addr()).field("flavour", &self.flavour).finish()
+    }
+}
+
+impl std::fmt::Debug for Incoming<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming").field("handshakes", &self.handshakes.len()).finish()
     }
 }

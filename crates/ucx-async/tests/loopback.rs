@@ -170,6 +170,59 @@ async fn handshake_timeout_is_an_error_not_a_hang() {
 }
 
 #[tokio::test]
+async fn incoming_runs_handshakes_side_by_side() {
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let opts = ConnectOptions { timeout: Duration::from_millis(1500), ..Default::default() };
+    let mut listener = Listener::bind_with(&ws, ANY.parse().unwrap(), Flavour::UcxPy, opts).unwrap();
+    let addr = listener.local_addr();
+    // Connects at the UCX level but never handshakes: its server side waits out the timeout.
+    let params = ucx_async::core::EndpointParams::default().error_handling(true);
+    let silent = ucx_async::core::Endpoint::connect(wc.core(), addr, params).unwrap();
+    let mut incoming = listener.incoming();
+    let t0 = Instant::now();
+    let clients = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut eps = Vec::new();
+        for _ in 0..5 {
+            eps.push(Endpoint::connect(&wc, addr).await.unwrap());
+        }
+        eps
+    };
+    let server_side = async {
+        let mut items = Vec::new();
+        for _ in 0..6 {
+            let item = tokio::time::timeout(Duration::from_secs(10), incoming.next()).await.expect("an item");
+            items.push((item.expect("the stream goes on"), t0.elapsed()));
+        }
+        items
+    };
+    let (clients, items) = tokio::join!(clients, server_side);
+    // The five real clients finish first, long before the silent one's handshake times out.
+    for (item, at) in &items[..5] {
+        assert!(item.is_ok(), "{item:?}");
+        assert!(*at < Duration::from_millis(1200), "a good client waited for the silent one: {at:?}");
+    }
+    let (last, at) = &items[5];
+    assert_eq!(last.as_ref().unwrap_err().status(), Status::TimedOut, "{last:?}");
+    assert!(*at >= Duration::from_millis(1400), "{at:?}");
+    // Every accepted endpoint is paired with exactly one client (in whichever order).
+    for (i, client) in clients.iter().enumerate() {
+        client.send(&[i as u8][..]).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    for (server, _) in &items[..5] {
+        let mut b = [0u8; 1];
+        let recv = server.as_ref().unwrap().recv(&mut b[..]);
+        tokio::time::timeout(Duration::from_secs(5), recv).await.expect("paired").unwrap();
+        seen.push(b[0]);
+    }
+    seen.sort();
+    assert_eq!(seen, [0, 1, 2, 3, 4]);
+    drop(silent);
+}
+
+#[tokio::test]
 async fn dropped_pending_receives_never_touch_freed_memory() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     for _ in 0..2000 {
