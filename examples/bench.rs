@@ -7,7 +7,8 @@
 //!   outstanding; the server receives them and acknowledges the last; bandwidth = bytes / time.
 //!
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
-//! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s).
+//! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s;
+//! `--worker-address`: connect by worker address, as `ucx_perftest` does).
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
 #[path = "common/server_process.rs"]
@@ -29,6 +30,8 @@ struct Opts {
     /// Peer-failure handling on the endpoints (off: as `ucx_perftest`, and no shared-memory
     /// error-handling cost).
     error_handling: bool,
+    /// Connect as `ucx_perftest` does (see [`oob`]) instead of through a listener.
+    worker_address: bool,
 }
 
 fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
@@ -48,6 +51,7 @@ fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
         window: num("-w", 32).max(1),
         mode: get("--mode").unwrap_or_else(|| "event".into()),
         error_handling: !args.iter().any(|a| a == "--no-error-handling"),
+        worker_address: args.iter().any(|a| a == "--worker-address"),
     };
     if !["tag_lat", "tag_bw"].contains(&opts.test.as_str()) {
         eprintln!("bench: -t must be tag_lat or tag_bw, got {:?}", opts.test);
@@ -86,10 +90,14 @@ async fn server(o: Opts) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode(&o.mode))?;
     let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
-    let listener =
-        Listener::bind_with(&worker, "127.0.0.1:0".parse().expect("literal address"), Flavour::UcxPy, options)?;
-    println!("PORT {}", listener.local_addr().port());
-    let ep = accept_or_exit(&listener).await?;
+    let ep = if o.worker_address {
+        oob::server(&worker, options).await?
+    } else {
+        let any = "127.0.0.1:0".parse().expect("literal address");
+        let listener = Listener::bind_with(&worker, any, Flavour::UcxPy, options)?;
+        println!("PORT {}", listener.local_addr().port());
+        accept_or_exit(&listener).await?
+    };
     let mut buf = vec![0u8; o.size];
     match o.test.as_str() {
         "tag_lat" => {
@@ -105,7 +113,7 @@ async fn server(o: Opts) -> Result<()> {
             ep.send(&[1u8][..]).await?;
         }
     }
-    let _ = ep.recv(&mut buf[..]).await; // until the client closes
+    let _ = ep.recv(&mut buf[..]).await; // the client's goodbye (or its close)
     Ok(())
 }
 
@@ -113,7 +121,11 @@ async fn client(o: Opts, port: u16) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode(&o.mode))?;
     let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
-    let ep = Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options).await?;
+    let ep = if o.worker_address {
+        oob::client(&worker, port, options).await?
+    } else {
+        Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options).await?
+    };
     let out = vec![1u8; o.size];
     let mut back = vec![0u8; o.size];
     match o.test.as_str() {
@@ -183,6 +195,7 @@ async fn client(o: Opts, port: u16) -> Result<()> {
             );
         }
     }
+    ep.send(&[0u8; 0][..]).await?; // goodbye: a worker-address peer would not notice a close
     ep.close().await
 }
 
@@ -208,5 +221,65 @@ fn both(rt: &tokio::runtime::Runtime, o: Opts) -> Result<()> {
     if !o.error_handling {
         server_args.push("--no-error-handling".into());
     }
+    if o.worker_address {
+        server_args.push("--worker-address".into());
+    }
     server_process::run_with_server("bench", &server_args, |port| rt.block_on(client(o, port)))
+}
+
+/// Connecting the way `ucx_perftest` does: the two sides swap worker addresses over a plain
+/// TCP socket and create endpoints to each other, with fixed tags and no handshake. UCX then
+/// never wires up through its TCP transport, which a listener's connection keeps active
+/// (and progressed, a system call per round) for as long as the endpoint lives.
+mod oob {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use ucx_async::core::{Result, WorkerAddress};
+    use ucx_async::{ConnectOptions, Endpoint, Tags, Worker};
+
+    fn tags(server: bool) -> Tags {
+        let (a, b) = if server { (1, 2) } else { (2, 1) };
+        Tags { msg_send: a, msg_recv: b, ctrl_send: None, ctrl_recv: None }
+    }
+
+    fn fail(what: &str, e: std::io::Error) -> ! {
+        eprintln!("bench: {what}: {e}");
+        std::process::exit(1)
+    }
+
+    /// Sends our address and reads the peer's (each prefixed by its length as a u32).
+    fn swap(mut s: TcpStream, ours: &WorkerAddress) -> WorkerAddress {
+        let bytes = ours.as_bytes();
+        let mut msg = (bytes.len() as u32).to_le_bytes().to_vec();
+        msg.extend_from_slice(bytes);
+        s.write_all(&msg).unwrap_or_else(|e| fail("sending the worker address", e));
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap_or_else(|e| fail("reading the worker address", e));
+        let mut theirs = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut theirs).unwrap_or_else(|e| fail("reading the worker address", e));
+        // SAFETY: the bytes are a whole address from the peer's `Worker::address`, received
+        // over loopback from the process this benchmark started.
+        unsafe { WorkerAddress::from_bytes(theirs) }
+    }
+
+    pub async fn server(worker: &Worker, options: ConnectOptions) -> Result<Endpoint> {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| fail("bind", e));
+        println!("PORT {}", tcp.local_addr().unwrap_or_else(|e| fail("local address", e)).port());
+        let Ok(accepted) = tokio::time::timeout(Duration::from_secs(30), tcp.accept()).await else {
+            eprintln!("bench: no client connected within 30 s");
+            std::process::exit(1)
+        };
+        let s = accepted.unwrap_or_else(|e| fail("accept", e)).0.into_std().unwrap_or_else(|e| fail("socket", e));
+        s.set_nonblocking(false).unwrap_or_else(|e| fail("socket", e));
+        let peer = swap(s, &worker.core().address()?);
+        Endpoint::connect_to_worker_with(worker, &peer, Some(tags(true)), options)
+    }
+
+    pub async fn client(worker: &Worker, port: u16, options: ConnectOptions) -> Result<Endpoint> {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| fail("connect", e));
+        let peer = swap(s, &worker.core().address()?);
+        Endpoint::connect_to_worker_with(worker, &peer, Some(tags(false)), options)
+    }
 }

@@ -120,8 +120,20 @@ impl Endpoint {
     /// Connects to a worker by its address, without a handshake: data travels on the given
     /// tags (or on explicit tags with [`Endpoint::send_tag`] / [`Endpoint::recv_tag`]).
     pub fn connect_to_worker(worker: &Worker, address: &WorkerAddress, tags: Option<Tags>) -> Result<Endpoint> {
+        Self::connect_to_worker_with(worker, address, tags, ConnectOptions::default())
+    }
+
+    /// [`Endpoint::connect_to_worker`] with options (only `error_handling` applies: there is
+    /// no handshake to time out).
+    pub fn connect_to_worker_with(
+        worker: &Worker,
+        address: &WorkerAddress,
+        tags: Option<Tags>,
+        options: ConnectOptions,
+    ) -> Result<Endpoint> {
         let state = Arc::new(EpState::new());
-        let core = ucx_core::Endpoint::connect_to_worker(worker.core(), address, params(&state, worker, true))?;
+        let params = params(&state, worker, options.error_handling);
+        let core = ucx_core::Endpoint::connect_to_worker(worker.core(), address, params)?;
         Ok(Self::established(worker, core, state, tags, None))
     }
 

@@ -107,17 +107,30 @@ impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future f
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.canceled {
-            this.state.register(&mut this.slot, cx.waker());
-            if this.state.down.load(Ordering::Acquire) != UP {
+        loop {
+            if !this.canceled && this.state.down.load(Ordering::Acquire) != UP {
                 this.canceled = true;
                 this.fut.cancel();
             }
-        }
-        match Pin::new(&mut this.fut).poll(cx) {
-            Poll::Ready(Ok(c)) => Poll::Ready(Ok(c)),
-            Poll::Ready(Err(e)) if e.is_canceled() => Poll::Ready(this.state.check("Endpoint::recv").and(Err(e))),
-            other => other,
+            match Pin::new(&mut this.fut).poll(cx) {
+                Poll::Ready(Ok(c)) => return Poll::Ready(Ok(c)),
+                Poll::Ready(Err(e)) if e.is_canceled() => {
+                    return Poll::Ready(this.state.check("Endpoint::recv").and(Err(e)))
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {}
+            }
+            // Only a receive that has to wait registers (most complete in their first poll),
+            // and again on every later poll, as the task's waker may have changed. `go_down`
+            // marks the state before it wakes the registered: if it ran before this
+            // registration, the check below sees it, and the loop cancels and polls again.
+            if this.canceled {
+                return Poll::Pending;
+            }
+            this.state.register(&mut this.slot, cx.waker());
+            if this.state.down.load(Ordering::Acquire) == UP {
+                return Poll::Pending;
+            }
         }
     }
 }

@@ -64,17 +64,14 @@ impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
-        if let Poll::Ready(r) = op.poll_complete(cx) {
-            return Poll::Ready(r);
-        }
-        if this.signals.spin_until(|| op.is_complete()) {
-            return op.poll_complete(cx);
-        }
-        if !this.nudged {
+        // Spin before registering the waker (see `Completes::poll`).
+        let _ = op.is_complete() || this.signals.spin_until(|| op.is_complete());
+        let r = op.poll_complete(cx);
+        if r.is_pending() && !this.nudged {
             this.nudged = true;
             this.signals.submitted();
         }
-        Poll::Pending
+        r
     }
 }
 
@@ -89,26 +86,25 @@ impl Future for Completes<'_, '_> {
                 this.submitted = None;
                 Poll::Ready(Ok(c))
             }
-            Some(Submitted::InFlight(r)) => match r.poll_complete(cx) {
-                Poll::Ready(res) => {
-                    this.submitted = None;
-                    Poll::Ready(res)
-                }
-                Poll::Pending => {
-                    // Polling and adaptive modes: progress here for a moment before yielding.
-                    if this.signals.spin_until(|| r.is_complete()) {
-                        if let Some(res) = r.result() {
-                            this.submitted = None;
-                            return Poll::Ready(res);
+            Some(Submitted::InFlight(r)) => {
+                // Progress here for a moment before yielding, and before registering the
+                // waker: a completion during the spin then wakes nobody (waking tokio's
+                // block_on task from its own thread costs an eventfd write, and a poll).
+                let _ = r.is_complete() || this.signals.spin_until(|| r.is_complete());
+                match r.poll_complete(cx) {
+                    Poll::Ready(res) => {
+                        this.submitted = None;
+                        Poll::Ready(res)
+                    }
+                    Poll::Pending => {
+                        if !this.nudged {
+                            this.nudged = true;
+                            this.signals.submitted();
                         }
+                        Poll::Pending
                     }
-                    if !this.nudged {
-                        this.nudged = true;
-                        this.signals.submitted();
-                    }
-                    Poll::Pending
                 }
-            },
+            }
             None => panic!("Completes polled after it finished"),
         }
     }
