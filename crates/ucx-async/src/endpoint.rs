@@ -236,7 +236,7 @@ impl Endpoint {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let s = self.inner.core.tag_send(buf, tag)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals).sized(buf.byte_len()).await.map(|_| ())
     }
 
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
@@ -245,8 +245,9 @@ impl Endpoint {
     pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv", tag, mask)?;
+        let bytes = buf.byte_len();
         let s = self.inner.worker.core().tag_recv(buf, tag, mask)?;
-        let fut = Completes::new(s, &self.inner.worker.inner.signals);
+        let fut = Completes::new(s, &self.inner.worker.inner.signals).sized(bytes);
         let c = Watched { fut, state, slot: None, canceled: false }.await?;
         state.recv_finished();
         Ok(c.length)
@@ -259,8 +260,9 @@ impl Endpoint {
         let tag = self.msg_tags("Endpoint::send_owned")?.msg_send;
         self.inner.state.check("Endpoint::send_owned")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        let bytes = buf.byte_len();
         let op = self.inner.core.tag_send_owned(buf, tag)?;
-        let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals);
+        let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
         (&mut fut).await?;
         Ok(fut.op.take().and_then(ucx_core::Owned::into_buffer).expect("a completed operation returns its buffer"))
     }
@@ -271,9 +273,10 @@ impl Endpoint {
         let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
+        let bytes = buf.byte_len();
         let op = self.inner.worker.core().tag_recv_owned(buf, tag, FULL_MASK)?;
         let mut watched = Watched {
-            fut: CompletesOwned::new(op, &self.inner.worker.inner.signals),
+            fut: CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes),
             state,
             slot: None,
             canceled: false,
@@ -351,14 +354,15 @@ impl Endpoint {
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
         let s = self.inner.core.stream_send(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals).sized(buf.byte_len()).await.map(|_| ())
     }
 
     /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream.
     pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_recv")?;
+        let bytes = buf.byte_len();
         let s = self.inner.core.stream_recv(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals).sized(bytes).await.map(|_| ())
     }
 
     /// Completes every operation issued so far, remotely.

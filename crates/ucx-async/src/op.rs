@@ -14,11 +14,19 @@ pub(crate) struct Completes<'a, 's> {
     submitted: Option<Submitted<'a>>,
     signals: &'s Signals,
     nudged: bool,
+    /// How many bytes the operation moves (it sets how long the future spins before sleeping).
+    bytes: usize,
 }
 
 impl<'a, 's> Completes<'a, 's> {
     pub(crate) fn new(submitted: Submitted<'a>, signals: &'s Signals) -> Self {
-        Completes { submitted: Some(submitted), signals, nudged: false }
+        Completes { submitted: Some(submitted), signals, nudged: false, bytes: 0 }
+    }
+
+    /// An operation that moves `bytes` (a longer spin before sleeping; see `Signals::spin_until`).
+    pub(crate) fn sized(mut self, bytes: usize) -> Self {
+        self.bytes = bytes;
+        self
     }
 }
 
@@ -42,11 +50,13 @@ pub(crate) struct CompletesOwned<'s, B: Send + 'static> {
     pub(crate) op: Option<Owned<B>>,
     signals: &'s Signals,
     nudged: bool,
+    bytes: usize,
 }
 
 impl<'s, B: Send + 'static> CompletesOwned<'s, B> {
-    pub(crate) fn new(op: Owned<B>, signals: &'s Signals) -> Self {
-        CompletesOwned { op: Some(op), signals, nudged: false }
+    /// `bytes`: how many the operation moves, as for `Completes::sized`.
+    pub(crate) fn new(op: Owned<B>, signals: &'s Signals, bytes: usize) -> Self {
+        CompletesOwned { op: Some(op), signals, nudged: false, bytes }
     }
 }
 
@@ -65,7 +75,7 @@ impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
         let this = &mut *self;
         let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
         // Spin before registering the waker (see `Completes::poll`).
-        let _ = op.is_complete() || this.signals.spin_until(|| op.is_complete());
+        let _ = op.is_complete() || this.signals.spin_until(this.bytes, || op.is_complete());
         let r = op.poll_complete(cx);
         if r.is_pending() && !this.nudged {
             this.nudged = true;
@@ -90,7 +100,7 @@ impl Future for Completes<'_, '_> {
                 // Progress here for a moment before yielding, and before registering the
                 // waker: a completion during the spin then wakes nobody (waking tokio's
                 // block_on task from its own thread costs an eventfd write, and a poll).
-                let _ = r.is_complete() || this.signals.spin_until(|| r.is_complete());
+                let _ = r.is_complete() || this.signals.spin_until(this.bytes, || r.is_complete());
                 match r.poll_complete(cx) {
                     Poll::Ready(res) => {
                         this.submitted = None;

@@ -56,6 +56,12 @@ const INLINE_SPIN: Duration = Duration::from_micros(20);
 /// it is spent only while an operation is awaited, so an idle process stays idle.
 const EVENT_SPIN: Duration = Duration::from_micros(20);
 
+/// The rate the inline spin budget assumes for an operation's bytes (8 GB/s, shared memory).
+const SPIN_BYTES_PER_US: usize = 8_000;
+
+/// The most an operation's size adds to the inline spin budget.
+const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
+
 impl Signals {
     pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
         let inline = match mode {
@@ -68,19 +74,25 @@ impl Signals {
     }
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
-    /// out (polling and adaptive modes only). Returns whether `done()` held.
-    pub(crate) fn spin_until(&self, mut done: impl FnMut() -> bool) -> bool {
-        let Some((worker, budget)) = &self.inline else { return false };
-        let start = Instant::now();
+    /// out. The budget grows with the `bytes` the operation moves, by about the time they take
+    /// over shared memory: a large transfer finishes in the spin instead of after a trip
+    /// through the fd and the scheduler (event mode, 1 MiB streaming: 6.4–9.4 GB/s with a flat
+    /// 20 µs, 10.4–11.6 with 100 µs). Returns whether `done()` held.
+    pub(crate) fn spin_until(&self, bytes: usize, mut done: impl FnMut() -> bool) -> bool {
+        let Some((worker, base)) = &self.inline else { return false };
+        let budget = *base + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN);
+        // Reading the clock costs about as much as a progress round that finds nothing, so it
+        // is read every 8 rounds, and not at all when the operation completes in the first 8.
+        let mut start = None;
         loop {
-            // Reading the clock costs about as much as a progress round that finds nothing.
             for _ in 0..8 {
                 worker.progress();
                 if done() {
                     return true;
                 }
             }
-            if start.elapsed() >= *budget {
+            let now = Instant::now();
+            if now.duration_since(*start.get_or_insert(now)) >= budget {
                 return false;
             }
         }
