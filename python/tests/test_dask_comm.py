@@ -166,6 +166,231 @@ def test_connect_timeout(fresh_ucp):
     run(main(), timeout=30)
 
 
+# The deserialize flag of listen() and connect(), as distributed's generic comm checks test it
+# (check_deserialize, check_deserialize_roundtrip, check_deserialize_eoferror in its
+# distributed/comm/tests/test_comms.py, which the wheel does not ship): written anew here.
+
+def _serialized_message(x, to_ser, ser):
+    """A message with a plain value, a value marked for serialization (``to_serialize``, i.e.
+    ``Serialize``) and one serialized already (``Serialized``)."""
+    from distributed.protocol import Serialized, serialize, to_serialize
+
+    return {"op": "update", "x": x, "to_ser": [to_serialize(to_ser)], "ser": Serialized(*serialize(ser))}
+
+
+def _same(got, expected):
+    if isinstance(expected, bytes):
+        return isinstance(got, (bytes, bytearray, memoryview)) and bytes(got) == expected
+    return type(got) is type(expected) and got == expected
+
+
+def _check_received(out, x, to_ser, ser, deserialized):
+    """What the reader of ``_serialized_message(x, to_ser, ser)`` must see."""
+    from distributed.protocol import Serialize, Serialized, deserialize
+
+    assert sorted(out) == ["op", "ser", "to_ser", "x"]
+    assert out["op"] == "update"
+    assert _same(out["x"], x)
+    assert isinstance(out["to_ser"], (list, tuple)) and len(out["to_ser"]) == 1
+    (got_to_ser,) = out["to_ser"]
+    got_ser = out["ser"]
+    if deserialized:
+        assert _same(got_to_ser, to_ser)
+        assert _same(got_ser, ser)
+    else:
+        # Both stay serialized: header and frames that the reader can deserialize itself.
+        assert isinstance(got_ser, Serialized)
+        assert _same(deserialize(got_ser.header, got_ser.frames), ser)
+        if isinstance(got_to_ser, Serialized):
+            assert _same(deserialize(got_to_ser.header, got_to_ser.frames), to_ser)
+        else:  # a transport may hand the Serialize wrapper on as it is
+            assert isinstance(got_to_ser, Serialize) and _same(got_to_ser.data, to_ser)
+
+
+async def _comm_pair(deserialize):
+    """A connected (client, server) pair, both sides with the given deserialize flag; the
+    listener is stopped already (established comms outlive it)."""
+    accepted = asyncio.Queue()
+
+    async def handle(comm):
+        await accepted.put(comm)
+
+    async with listen("ucxa://127.0.0.1:0", handle, deserialize=deserialize) as listener:
+        client = await connect(listener.contact_address, deserialize=deserialize)
+        server = await asyncio.wait_for(accepted.get(), 10)
+    assert client.deserialize is deserialize and server.deserialize is deserialize
+    return client, server
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("deserialize", [True, False], ids=["deserialize", "no-deserialize"])
+@pytest.mark.parametrize("side", ["listener", "connector"])
+def test_deserialize_flag(fresh_ucp, side, deserialize, size):
+    """listen(deserialize=...) governs what the server side reads, connect(deserialize=...)
+    what the client side reads; the other side keeps the default (True)."""
+    import os
+
+    if size == "small":
+        values = (b"abc", 123, 456)
+    else:  # 4 MiB each, incompressible
+        big = os.urandom(2**20) * 4
+        values = (big, big[::-1], big[1:] + big[:1])
+    msg = _serialized_message(*values)
+    original = dict(msg)
+
+    async def main():
+        received = asyncio.get_running_loop().create_future()
+        done = asyncio.Event()
+
+        async def handle(comm):
+            try:
+                if side == "listener":
+                    received.set_result(await comm.read())
+                else:
+                    assert comm.deserialize  # the listener's default
+                    await comm.write(msg)
+                    await done.wait()
+            except Exception as e:
+                if not received.done():
+                    received.set_exception(e)
+            finally:
+                await comm.close()
+
+        listen_kw = {"deserialize": deserialize} if side == "listener" else {}
+        connect_kw = {"deserialize": deserialize} if side == "connector" else {}
+        async with listen("ucxa://127.0.0.1:0", handle, **listen_kw) as listener:
+            comm = await connect(listener.contact_address, **connect_kw)
+        nbytes = None
+        try:
+            if side == "listener":
+                assert comm.deserialize  # connect()'s default
+                nbytes = await comm.write(msg)
+                out = await asyncio.wait_for(received, 20)
+            else:
+                assert comm.deserialize is deserialize
+                out = await asyncio.wait_for(comm.read(), 20)
+            done.set()
+        finally:
+            await comm.close()
+        return out, nbytes
+
+    out, nbytes = run(main(), timeout=60)
+    assert msg == original  # the writer's message is left as it was
+    if nbytes is not None and size == "large":
+        assert nbytes >= 3 * len(values[0])  # x, to_ser and ser all went over
+    _check_received(out, *values, deserialize)
+
+
+@pytest.mark.parametrize("deserialize", [True, False], ids=["deserialize", "no-deserialize"])
+def test_deserialize_roundtrip(fresh_ucp, deserialize):
+    """A message goes there and, as read, back again; 12 MB are written before the peer reads.
+    Without deserialization the Serialized values pass through the relay untouched."""
+    import os
+
+    big = os.urandom(2**20) * 4
+    values = (big, big[::-1], big[1:] + big[:1])
+
+    async def main():
+        from distributed.protocol import Serialized
+
+        a, b = await _comm_pair(deserialize)
+        msg = _serialized_message(*values)
+        await asyncio.wait_for(a.write(msg), 10)
+        relayed = await asyncio.wait_for(b.read(), 10)
+        if not deserialize:
+            assert isinstance(relayed["ser"], Serialized)
+        await asyncio.wait_for(b.write(relayed), 10)
+        back = await asyncio.wait_for(a.read(), 10)
+        await a.close()
+        await b.close()
+        return relayed, back
+
+    relayed, back = run(main(), timeout=60)
+    _check_received(relayed, *values, deserialize)
+    _check_received(back, *values, deserialize)
+
+
+def test_serialized_data_forwarded_without_deserializing(fresh_ucp):
+    """What the scheduler does: a hop that does not deserialize forwards a worker's array to
+    a reader that does, which gets the array back intact (its frames travel as frames)."""
+
+    async def main():
+        from distributed.protocol import Serialized, to_serialize
+
+        forwarded = asyncio.get_running_loop().create_future()
+        array = np.arange(300_000, dtype="f8").reshape(600, 500).T  # not contiguous
+
+        async def final(comm):
+            forwarded.set_result(await comm.read())
+            await comm.close()
+
+        async with listen("ucxa://127.0.0.1:0", final) as sink:
+
+            async def relay(comm):
+                try:
+                    msg = await comm.read()
+                    # Still serialized here: the relay never sees the array.
+                    assert isinstance(msg["data"], Serialized), msg
+                    out = await connect(sink.contact_address)
+                    await out.write({**msg, "hops": msg["hops"] + 1})
+                    await out.close()
+                except Exception as e:
+                    forwarded.set_exception(e)
+                finally:
+                    await comm.close()
+
+            async with listen("ucxa://127.0.0.1:0", relay, deserialize=False) as hop:
+                comm = await connect(hop.contact_address)
+                await comm.write({"hops": 0, "data": to_serialize(array)})
+                got = await asyncio.wait_for(forwarded, 20)
+                await comm.close()
+        return array, got
+
+    array, got = run(main(), timeout=60)
+    assert got["hops"] == 1
+    assert isinstance(got["data"], np.ndarray)
+    np.testing.assert_array_equal(got["data"], array)
+
+
+def _raise_eoferror():
+    raise EOFError
+
+
+class _RaisesEOFErrorWhenUnpickled:
+    def __reduce__(self):
+        return _raise_eoferror, ()
+
+
+def test_eoferror_while_deserializing_closes_the_comm(fresh_ucp):
+    """An EOFError from deserializing (a garbled or truncated message) is a CommClosedError
+    for the reader, its comm is aborted, and the peer's pending read fails too."""
+    from distributed.protocol import to_serialize
+
+    async def main():
+        server_read = asyncio.get_running_loop().create_future()
+
+        async def handle(comm):
+            await comm.write({"data": to_serialize(_RaisesEOFErrorWhenUnpickled())})
+            try:
+                await comm.read()
+            except Exception as e:
+                server_read.set_result(e)
+            else:
+                server_read.set_result(None)
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            comm = await connect(listener.contact_address)
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(comm.read(), 10)
+            assert comm.closed()
+            with pytest.raises(CommClosedError):
+                await comm.write("after the error")
+            peer_error = await asyncio.wait_for(server_read, 5)
+        return peer_error
+
+    assert isinstance(run(main(), timeout=30), CommClosedError)
+
+
 def _transpose_sum(n):
     import dask.array as da
 

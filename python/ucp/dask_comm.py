@@ -108,6 +108,7 @@ class UCXAComm(Comm):
             raise CommClosedError(f"{self} is closed")
         frames = await to_frames(
             msg,
+            allow_offload=self.allow_offload,
             serializers=serializers,
             on_error=on_error,
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
@@ -171,7 +172,15 @@ class UCXAComm(Comm):
             if isinstance(e, asyncio.CancelledError):
                 raise
             raise CommClosedError(f"{self}: {e!r}") from e
-        return await from_frames(frames, deserialize=self.deserialize, deserializers=deserializers)
+        try:
+            return await from_frames(
+                frames, deserialize=self.deserialize, deserializers=deserializers, allow_offload=self.allow_offload
+            )
+        except EOFError as e:
+            # A truncated or garbled message (as distributed's TCP comm treats it): this
+            # connection cannot be trusted any more.
+            self.abort()
+            raise CommClosedError(f"{self}: aborted on truncated or garbled data") from e
 
 
 class UCXAConnector(Connector):
@@ -196,15 +205,23 @@ class UCXAListener(BaseListener):
         self._host, self._port = parse_host_port(address, default_port=0)
         self.comm_handler = comm_handler
         self.deserialize = deserialize
+        self.allow_offload = allow_offload
         self._listener = None
 
     async def start(self):
         _init_ucx()
 
         async def serve(ep):
+            if self._listener is None:
+                # Accepted, but the listener was stopped before this ran: nobody would abort
+                # this comm's handshake (Server.stop has aborted the handshaking ones already),
+                # and the client would wait for it forever.
+                ep.abort()
+                return
             peer = ep.peer_address
             peer_addr = f"{SCHEME}://{unparse_host_port(*peer)}" if peer else f"{SCHEME}://"
             comm = UCXAComm(ep, self.contact_address, peer_addr, deserialize=self.deserialize)
+            comm.allow_offload = self.allow_offload
             try:
                 await self.on_connection(comm)
             except CommClosedError:
@@ -216,10 +233,13 @@ class UCXAListener(BaseListener):
         self._listener = ucp.create_listener(serve, port=self._port, ip=host)
 
     def stop(self):
+        # Only stops accepting: comms already accepted, even those still in their handshake,
+        # live on (as with TCP; listen()'s context manager stops its listener as soon as the
+        # client's connect() returns, possibly before the server side has read the client's
+        # handshake). distributed's Server.stop calls abort_handshaking_comms() itself.
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        self.abort_handshaking_comms()
 
     @property
     def port(self):
