@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs our `python -m ucp.benchmarks.send_recv`, UCXX's `python -m ucxx.benchmarks.send_recv`
-# (PyPI `ucxx-cu12`, CPU-only, installed into .venv-ucxx on first use) and `ucx_perftest -t
-# tag_lat` on the same message sizes, one after the other on 127.0.0.1, and prints one-way
-# median latency (half the round trip), round-trip bandwidth and the ratios.
+# (PyPI `ucxx-cu12`, CPU-only, installed into .venv-ucxx on first use by scripts/ucxx-venv.sh)
+# and `ucx_perftest -t tag_lat` on the same message sizes, one after the other on 127.0.0.1,
+# and prints one-way median latency (half the round trip), round-trip bandwidth and the ratios.
 # Expects scripts/setup.sh to have run. A quiet machine is wanted (polling modes spin).
-# UCXX's wheel pins its own UCX (1.21 today); ours and ucx_perftest use .venv's (1.22).
+# All three use the same UCX, .venv's (.venv-ucxx pins its libucx-cu12 to it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -13,11 +13,10 @@ ITERS=${ITERS:-2000}
 WARMUP=${WARMUP:-200}
 export UCX_NET_DEVICES=lo UCXPY_IFNAME=lo
 
-if [ ! -x .venv-ucxx/bin/python ]; then
-    echo "creating .venv-ucxx with ucxx-cu12 (UCXX's benchmark, about 350 MB)" >&2
-    python3 -m venv .venv-ucxx
-    .venv-ucxx/bin/pip install --quiet "ucxx-cu12" numpy
-fi
+# .venv-ucxx: UCXX's benchmark, with the same UCX as .venv (created on first use).
+# shellcheck source=scripts/ucxx-venv.sh
+source "$ROOT/scripts/ucxx-venv.sh"
+ucxx_venv
 
 # median latency (µs) and bandwidth (MiB/s) from a send_recv report on stdin
 parse() {

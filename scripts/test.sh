@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Every test: set up (idempotent), then the Rust tests (real UCX over loopback) and the Python
-# tests against the installed extension.
+# Every test: set up (idempotent; also .venv-ucxx, UCXX for the interop tests), then the Rust
+# tests (real UCX over loopback) and the Python tests against the installed extension.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
 cd "$ROOT"
+# Real UCXX (PyPI ucxx-cu12) in .venv-ucxx, for python/tests/test_interop_ucxx.py.
+source "$ROOT/scripts/ucxx-venv.sh"
+ucxx_venv
 cargo test --workspace
 cargo test -p ucx-async --features tracing --test tracing
 python -m pytest -q python/tests
