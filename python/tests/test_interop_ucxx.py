@@ -195,6 +195,29 @@ def test_echo(progress_mode, tmp_path, client):
 
 
 @pytest.mark.parametrize("client", ["ours", "ucxx"])
+def test_send_multi_and_recv_multi_with_ucxx(progress_mode, tmp_path, client):
+    """Our send_multi reaches UCXX's recv_multi and its send_multi our recv_multi: 250 frames
+    (three headers of UCXX's framing, up to 100 frames each), empty and rendezvous-sized ones
+    among them, checked byte for byte."""
+    sizes = [(i * 7919) % 5000 for i in range(248)] + [0, 1 << 20]
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 256, n, dtype="u1") for n in sizes]
+
+    async def main():
+        async with Session(tmp_path, client, "multi") as s:
+            await echo(s.ep, s.peer)
+            got, _ = await asyncio.wait_for(asyncio.gather(s.ep.recv_multi(), s.ep.send_multi(frames)), LINE_TIMEOUT)
+            assert await s.peer.expect("MULTI") == ",".join(map(str, sizes))
+            assert [len(g) for g in got] == sizes
+            for i, (g, f) in enumerate(zip(got, frames)):
+                np.testing.assert_array_equal(np.frombuffer(g, dtype="u1"), f + np.uint8(1), err_msg=f"frame {i}")
+            await s.ep.close()
+            assert await s.peer.finish() == 0, s.peer.transcript()
+
+    run(main(), timeout=90)
+
+
+@pytest.mark.parametrize("client", ["ours", "ucxx"])
 def test_ucxx_close_fails_our_pending_recv(progress_mode, tmp_path, client):
     """(c) UCXX closes its endpoint (just an abort: UCXX sends no control message); our
     receive posted before or after that fails with a ucp exception, while the peer lives."""

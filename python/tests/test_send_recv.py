@@ -136,6 +136,38 @@ def test_send_multi_recv_multi(progress_mode):
     run(main())
 
 
+def test_send_multi_with_more_frames_than_one_header_holds(fresh_ucp):
+    """250 frames need three of UCXX's 100-frame headers; empty frames keep their place."""
+
+    async def main():
+        lf, client, server = await pair()
+        frames = [bytes([i % 256]) * (i % 5) for i in range(250)]
+        _, got = await asyncio.gather(client.send_multi(frames), server.recv_multi())
+        assert [bytes(g) for g in got] == frames
+        lf.close()
+
+    run(main())
+
+
+def test_multi_header_is_ucxx_header_layout():
+    """UCXX's ``ucxx::Header`` as its serialize() writes it: next (1 byte), nframes (8), 100
+    int CUDA flags, 100 size_t sizes, packed, little-endian."""
+    from ucp.core import _MultiHeader
+
+    (h,) = _MultiHeader.pack_all([(False, 5), (True, 70000)])
+    assert len(h) == 1 + 8 + 4 * 100 + 8 * 100 == 1209
+    assert h[0] == 0 and int.from_bytes(h[1:9], "little") == 2
+    assert [int.from_bytes(h[9 + 4 * i : 13 + 4 * i], "little") for i in range(3)] == [0, 1, 0]
+    assert [int.from_bytes(h[409 + 8 * i : 417 + 8 * i], "little") for i in range(3)] == [5, 70000, 0]
+    first, second = _MultiHeader.pack_all([(False, 1)] * 101)
+    assert (first[0], second[0]) == (1, 0)
+    assert _MultiHeader.unpack(second) == (False, [(False, 1)])
+    bad = bytearray(h)
+    bad[1:9] = (101).to_bytes(8, "little")
+    with pytest.raises(ucp.exceptions.UCXError, match="101 frames"):
+        _MultiHeader.unpack(bad)
+
+
 def test_tags_match_the_peer(fresh_ucp):
     async def main():
         lf, client, server = await pair()

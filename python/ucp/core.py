@@ -538,29 +538,31 @@ class Endpoint:
         return ret
 
     async def send_multi(self, buffers, tag=None, force_tag=False):
-        """Sends several frames: their count, their sizes, then each frame (``recv_multi``
-        receives them)."""
-        buffers = list(buffers)
-        sizes = array.array("Q", [_nbytes(b) for b in buffers])
-        await self.send(array.array("Q", [len(buffers)]), tag=tag, force_tag=force_tag)
-        if buffers:
-            await self.send(sizes, tag=tag, force_tag=force_tag)
-        for b in buffers:
-            await self.send(b, tag=tag, force_tag=force_tag)
+        """Sends several frames as one message, in UCXX's multi-buffer framing (so a UCXX
+        ``recv_multi`` receives them too): headers of up to 100 frames each, then the frames,
+        all posted at once and awaited together."""
+        arrays = [Array(b) for b in buffers]
+        headers = _MultiHeader.pack_all([(a.cuda, a.nbytes) for a in arrays])
+        sends = [self.send(h, tag=tag, force_tag=force_tag) for h in headers]
+        sends += [self.send(b, tag=tag, force_tag=force_tag) for b in buffers]
+        await asyncio.gather(*sends)
 
-    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray):
-        """Receives frames sent with ``send_multi``, each into ``allocator(nbytes)``."""
-        count = array.array("Q", [0])
-        await self.recv(count, tag=tag, force_tag=force_tag)
-        if count[0] == 0:
-            return []
-        sizes = array.array("Q", bytes(8 * count[0]))
-        await self.recv(sizes, tag=tag, force_tag=force_tag)
-        frames = []
-        for n in sizes:
-            frame = allocator(n)
-            await self.recv(frame, tag=tag, force_tag=force_tag)
-            frames.append(frame)
+    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None):
+        """Receives the frames of one ``send_multi`` (ours or UCXX's): host frames into
+        ``allocator(nbytes)``, CUDA frames into ``device_allocator(nbytes)`` (default: an RMM
+        ``DeviceBuffer``, or a CuPy array). The frames are received concurrently."""
+        layout = []
+        while True:
+            header = bytearray(_MultiHeader.SIZE)
+            await self.recv(header, tag=tag, force_tag=force_tag)
+            more, frames = _MultiHeader.unpack(header)
+            layout += frames
+            if not more:
+                break
+        if any(cuda for cuda, _ in layout) and device_allocator is None:
+            device_allocator = _device_buffer
+        frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
+        await asyncio.gather(*(self.recv(f, tag=tag, force_tag=force_tag) for f in frames))
         return frames
 
     async def am_send(self, buffer):
@@ -644,6 +646,50 @@ class Endpoint:
     def peer_address(self):
         """``(host, port)`` of the peer of a client-server endpoint, when known."""
         return self._ep.socket_addrs()[1]
+
+
+class _MultiHeader:
+    """UCXX's multi-buffer header (``ucxx::Header``), packed as UCXX writes it: ``next``
+    (another header follows; 1 byte), the frame count (8 bytes), then 100 CUDA flags (4 bytes
+    each) and 100 sizes (8 bytes each), little-endian, unused slots zero."""
+
+    FRAMES = 100
+    _STRUCT = struct.Struct("<?Q%di%dQ" % (FRAMES, FRAMES))
+    SIZE = _STRUCT.size  # 1209
+
+    @classmethod
+    def pack_all(cls, frames):
+        """The headers for ``frames`` (``(is_cuda, nbytes)`` pairs); one even for none."""
+        chunks = [frames[i : i + cls.FRAMES] for i in range(0, len(frames), cls.FRAMES)] or [[]]
+        headers = []
+        for i, chunk in enumerate(chunks):
+            pad = [0] * (cls.FRAMES - len(chunk))
+            cuda = [int(c) for c, _ in chunk] + pad
+            sizes = [n for _, n in chunk] + pad
+            headers.append(cls._STRUCT.pack(i + 1 < len(chunks), len(chunk), *cuda, *sizes))
+        return headers
+
+    @classmethod
+    def unpack(cls, header):
+        """``(more_headers_follow, [(is_cuda, nbytes), ...])``; a corrupt header is an error."""
+        fields = cls._STRUCT.unpack(header)
+        more, n = fields[0], fields[1]
+        if n > cls.FRAMES:
+            raise UCXError(f"recv_multi: a header announced {n} frames (at most {cls.FRAMES})")
+        cuda, sizes = fields[2 : 2 + cls.FRAMES], fields[2 + cls.FRAMES :]
+        return more, [(bool(cuda[i]), sizes[i]) for i in range(n)]
+
+
+def _device_buffer(nbytes):
+    """Device memory for a received CUDA frame: RMM's, else CuPy's."""
+    try:
+        import rmm
+
+        return rmm.DeviceBuffer(size=nbytes)
+    except ImportError:
+        import cupy
+
+        return cupy.empty(nbytes, dtype="u1")
 
 
 def _nbytes(obj):

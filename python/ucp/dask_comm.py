@@ -3,11 +3,11 @@ deprecation stub). Registered through the ``distributed.comm.backends`` entry po
 ``LocalCluster(protocol="ucxa")`` and ``dask worker ucxa://host:port`` find it without an
 import.
 
-Framing of one Dask message on an endpoint (all on the endpoint's own tag, FIFO):
-1. a header of two u64: close flag (1 = the peer is closing), number of frames ``n``;
-2. if ``n``: ``2 n`` u64: per frame, is-CUDA flag and size in bytes;
-3. each non-empty frame, all sent and received at once (one round of UCX operations).
-Device frames are received into device memory (RMM, else CuPy) when one of them is installed.
+Framing: one Dask message is one ``Endpoint.send_multi`` (UCXX's multi-buffer framing: a
+header with each frame's size and memory type, then the frames; the sender posts them all at
+once, the receiver posts every frame's receive as soon as the header is in). A message with no
+frames tells the peer this side is closing (Dask messages always have at least one frame).
+Device frames are received into device memory (RMM, else CuPy).
 
 Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
 ``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
@@ -15,7 +15,6 @@ options, names without the prefix). UCX is initialised lazily in each process, o
 """
 import asyncio
 import logging
-import struct
 
 import dask
 from distributed.comm.addressing import parse_host_port, unparse_host_port
@@ -31,7 +30,6 @@ from ucp._libs.arr import Array
 logger = logging.getLogger(__name__)
 
 SCHEME = "ucxa"
-_HEADER = struct.Struct("QQ")  # close flag, number of frames
 
 
 def _init_ucx():
@@ -46,17 +44,6 @@ def _init_ucx():
     for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
         options[str(name).upper().replace("-", "_").removeprefix("UCX_")] = str(value)
     ucp.init(options, env_takes_precedence=True)
-
-
-def _device_array(n):
-    try:
-        import rmm
-
-        return rmm.DeviceBuffer(size=n)
-    except ImportError:
-        import cupy
-
-        return cupy.empty(n, dtype="u1")
 
 
 class UCXAComm(Comm):
@@ -96,7 +83,7 @@ class UCXAComm(Comm):
         try:
             await self._sent()
             if not ep.closed():
-                await ep.send(_HEADER.pack(1, 0))
+                await ep.send_multi([])  # no frames: closing
         except Exception:  # the peer may be gone already; closing is what we want anyway
             pass
         finally:
@@ -113,24 +100,17 @@ class UCXAComm(Comm):
             on_error=on_error,
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
         )
-        meta = []
-        for f in frames:
-            arr = Array(f)
-            meta += [int(arr.cuda), arr.nbytes]
+        nbytes = sum(Array(f).nbytes for f in frames)
         # The previous message must be under way first (order on the tag), and its failure is
         # this write's failure.
         await self._sent()
         # Posted now, finished later: a large (rendezvous) send completes only once the peer
         # receives, and a writer must not wait for a reader that is itself still writing.
-        sends = [ep.send(_HEADER.pack(0, len(frames)))]
-        if frames:
-            sends.append(ep.send(struct.pack(f"{len(meta)}Q", *meta)))
-        sends += [ep.send(f) for f, n in zip(frames, meta[1::2]) if n]
-        self._sending = asyncio.ensure_future(asyncio.gather(*sends))
+        self._sending = asyncio.ensure_future(ep.send_multi(frames))
         await asyncio.sleep(0)  # let the sends be posted before anything else is written
         if self._sending.done():
             await self._sent()
-        return sum(meta[1::2])
+        return nbytes
 
     async def _sent(self):
         """Waits for the sends of the last write; a failure closes the comm."""
@@ -148,21 +128,10 @@ class UCXAComm(Comm):
         if ep is None:
             raise CommClosedError(f"{self} is closed")
         try:
-            header = bytearray(_HEADER.size)
-            await ep.recv(header)
-            closing, n = _HEADER.unpack(header)
-            if closing:
+            # host_array: uninitialised memory (a bytearray would be zero-filled first).
+            frames = await ep.recv_multi(allocator=host_array)  # device frames: RMM, else CuPy
+            if not frames:
                 raise CommClosedError(f"{self}: the peer closed the connection")
-            frames = []
-            if n:
-                meta = bytearray(16 * n)
-                await ep.recv(meta)
-                meta = struct.unpack(f"{2 * n}Q", meta)
-                # host_array: uninitialised memory (a bytearray would be zero-filled first).
-                frames = [
-                    _device_array(size) if cuda else host_array(size) for cuda, size in zip(meta[0::2], meta[1::2])
-                ]
-                await asyncio.gather(*(ep.recv(f) for f, size in zip(frames, meta[1::2]) if size))
         except CommClosedError:
             self.abort()
             raise

@@ -14,6 +14,9 @@ really got the peer's. Then, by --then:
     wait       wait for stdin to close (the test closes its endpoint meanwhile, or not)
     close      close the endpoint (``await ep.close()``), print "CLOSED", then wait for stdin
                to close, so the test sees the close while this process is still alive
+    multi      receive one ``recv_multi`` message, print "MULTI <frame sizes, comma-separated>",
+               send the frames back with ``send_multi``, every byte plus one, then wait as
+               ``wait`` does
     recv-fail  post a receive nobody will answer and report how it ended: "RECV-FAILED
                ucxx-error|other <type> <message>" then "ALIVE <ep.alive>" (the test closed its
                endpoint and UCXX noticed), "RECV-HUNG" (15 s passed) or "RECV-GOT"
@@ -51,6 +54,10 @@ async def session(ep, sizes, then):
         await ep.recv(buf)
         await ep.send(buf + np.uint8(1))
         say("ECHOED", size)
+    if then == "multi":
+        frames = [np.frombuffer(memoryview(f).cast("B"), dtype="u1") for f in await ep.recv_multi()]
+        say("MULTI", ",".join(str(f.nbytes) for f in frames))
+        await ep.send_multi([f + np.uint8(1) for f in frames])
     if then == "close":
         await ep.close()
         say("CLOSED")
@@ -104,7 +111,7 @@ if __name__ == "__main__":
     parser.add_argument("role", choices=["server", "client"])
     parser.add_argument("port", type=int, nargs="?")
     parser.add_argument("--sizes", default="0,8,1048576")
-    parser.add_argument("--then", choices=["wait", "close", "recv-fail"], default="wait")
+    parser.add_argument("--then", choices=["wait", "close", "multi", "recv-fail"], default="wait")
     args = parser.parse_args()
     try:
         rc = asyncio.run(asyncio.wait_for(main(args), LIMIT + 20))
