@@ -226,6 +226,8 @@ def test_ucxx_close_fails_our_pending_recv(progress_mode, tmp_path, client):
         async with Session(tmp_path, client, "close") as s:
             await echo(s.ep, s.peer)
             pending = asyncio.ensure_future(s.ep.recv(bytearray(8)))
+            s.peer.proc.stdin.write(b"close\n")  # only now: see ucxx_peer.py's "close"
+            await s.peer.proc.stdin.drain()
             await s.peer.expect("CLOSED")
             with pytest.raises(ucp.exceptions.UCXBaseException):
                 await asyncio.wait_for(pending, LINE_TIMEOUT)

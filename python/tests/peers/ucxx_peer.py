@@ -12,8 +12,10 @@ byte incremented by one (mod 256), so the test can tell the peer really saw its 
 really got the peer's. Then, by --then:
 
     wait       wait for stdin to close (the test closes its endpoint meanwhile, or not)
-    close      close the endpoint (``await ep.close()``), print "CLOSED", then wait for stdin
-               to close, so the test sees the close while this process is still alive
+    close      wait for a line on stdin (the test has received the echoes: UCXX's close does
+               not flush, so closing right after a rendezvous send can fail the peer's receive
+               of it), close the endpoint (``await ep.close()``), print "CLOSED", then wait
+               for stdin to close, so the test sees the close while this process is still alive
     multi      receive one ``recv_multi`` message, print "MULTI <frame sizes, comma-separated>",
                send the frames back with ``send_multi``, every byte plus one, then wait as
                ``wait`` does
@@ -59,6 +61,7 @@ async def session(ep, sizes, then):
         say("MULTI", ",".join(str(f.nbytes) for f in frames))
         await ep.send_multi([f + np.uint8(1) for f in frames])
     if then == "close":
+        await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline), LIMIT)
         await ep.close()
         say("CLOSED")
         await wait_stdin_closed()
