@@ -5,6 +5,8 @@
 //!   (median, average, 99th percentile).
 //! - `tag_bw`: the client streams `-n` messages of `-s` bytes with up to `-w` sends
 //!   outstanding; the server receives them and acknowledges the last; bandwidth = bytes / time.
+//! - `stream_lat`, `stream_bw`: the same over the stream API; `ucp_am_lat`, `ucp_am_bw`: over
+//!   active messages (UCX-Py's way: `Endpoint::am_send`, received with `am_recv`).
 //!
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
 //! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s;
@@ -53,8 +55,12 @@ fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
         error_handling: !args.iter().any(|a| a == "--no-error-handling"),
         worker_address: args.iter().any(|a| a == "--worker-address"),
     };
-    if !["tag_lat", "tag_bw"].contains(&opts.test.as_str()) {
-        eprintln!("bench: -t must be tag_lat or tag_bw, got {:?}", opts.test);
+    if Api::of(&opts.test).is_none() {
+        eprintln!("bench: -t must be one of {}, got {:?}", TESTS.join(", "), opts.test);
+        std::process::exit(2);
+    }
+    if opts.size == 0 && opts.test.starts_with("stream") {
+        eprintln!("bench: stream tests need -s of at least 1 byte");
         std::process::exit(2);
     }
     let role = if args.iter().any(|a| a == "--server") { Some("server") } else { None };
@@ -86,6 +92,46 @@ fn context() -> Result<Context> {
 
 const WARMUP: usize = 1000;
 
+/// The workloads, named as `ucx_perftest` names them.
+const TESTS: [&str; 6] = ["tag_lat", "tag_bw", "stream_lat", "stream_bw", "ucp_am_lat", "ucp_am_bw"];
+
+/// Which UCP API a workload's messages go through.
+#[derive(Clone, Copy)]
+enum Api {
+    Tag,
+    Stream,
+    Am,
+}
+
+impl Api {
+    fn of(test: &str) -> Option<Api> {
+        match test {
+            "tag_lat" | "tag_bw" => Some(Api::Tag),
+            "stream_lat" | "stream_bw" => Some(Api::Stream),
+            "ucp_am_lat" | "ucp_am_bw" => Some(Api::Am),
+            _ => None,
+        }
+    }
+
+    async fn send(self, ep: &Endpoint, buf: &[u8]) -> Result<()> {
+        match self {
+            Api::Tag => ep.send(buf).await,
+            Api::Stream => ep.stream_send(buf).await,
+            Api::Am => ep.am_send(buf).await,
+        }
+    }
+
+    /// One message into `buf` (an active message lands in a buffer of the worker's
+    /// allocator instead, sized by the message).
+    async fn recv(self, ep: &Endpoint, buf: &mut [u8]) -> Result<()> {
+        match self {
+            Api::Tag => ep.recv(buf).await.map(drop),
+            Api::Stream => ep.stream_recv(buf).await,
+            Api::Am => ep.am_recv().await.map(drop),
+        }
+    }
+}
+
 async fn server(o: Opts) -> Result<()> {
     let ctx = context()?;
     let worker = Worker::new(&ctx, mode(&o.mode))?;
@@ -99,19 +145,17 @@ async fn server(o: Opts) -> Result<()> {
         accept_or_exit(&listener).await?
     };
     let mut buf = vec![0u8; o.size];
-    match o.test.as_str() {
-        "tag_lat" => {
-            for _ in 0..o.iters + WARMUP {
-                ep.recv(&mut buf[..]).await?;
-                ep.send(&buf[..]).await?;
-            }
+    let api = Api::of(&o.test).expect("checked by parse");
+    if o.test.ends_with("_lat") {
+        for _ in 0..o.iters + WARMUP {
+            api.recv(&ep, &mut buf[..]).await?;
+            api.send(&ep, &buf[..]).await?;
         }
-        _ => {
-            for _ in 0..o.iters + WARMUP.min(o.iters) {
-                ep.recv(&mut buf[..]).await?;
-            }
-            ep.send(&[1u8][..]).await?;
+    } else {
+        for _ in 0..o.iters + WARMUP.min(o.iters) {
+            api.recv(&ep, &mut buf[..]).await?;
         }
+        api.send(&ep, &[1u8][..]).await?;
     }
     let _ = ep.recv(&mut buf[..]).await; // the client's goodbye (or its close)
     Ok(())
@@ -128,13 +172,14 @@ async fn client(o: Opts, port: u16) -> Result<()> {
     };
     let out = vec![1u8; o.size];
     let mut back = vec![0u8; o.size];
-    match o.test.as_str() {
-        "tag_lat" => {
+    let api = Api::of(&o.test).expect("checked by parse");
+    match o.test.ends_with("_lat") {
+        true => {
             let mut rtts = Vec::with_capacity(o.iters);
             for i in 0..o.iters + WARMUP {
                 let t0 = Instant::now();
-                ep.send(&out[..]).await?;
-                ep.recv(&mut back[..]).await?;
+                api.send(&ep, &out[..]).await?;
+                api.recv(&ep, &mut back[..]).await?;
                 if i >= WARMUP {
                     rtts.push(t0.elapsed());
                 }
@@ -143,7 +188,8 @@ async fn client(o: Opts, port: u16) -> Result<()> {
             let half = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
             let avg = rtts.iter().sum::<Duration>().as_secs_f64() * 1e6 / 2.0 / rtts.len() as f64;
             println!(
-                "RESULT test=tag_lat mode={} size={} iters={} median_us={:.3} avg_us={:.3} p99_us={:.3}",
+                "RESULT test={} mode={} size={} iters={} median_us={:.3} avg_us={:.3} p99_us={:.3}",
+                o.test,
                 o.mode,
                 o.size,
                 o.iters,
@@ -152,7 +198,7 @@ async fn client(o: Opts, port: u16) -> Result<()> {
                 half(rtts[rtts.len() * 99 / 100])
             );
         }
-        _ => {
+        false => {
             let warm = WARMUP.min(o.iters);
             let mut ack = [0u8; 1];
             // One shared buffer for every send, as ucx_perftest: no copy per message.
@@ -171,7 +217,7 @@ async fn client(o: Opts, port: u16) -> Result<()> {
                         }
                         let ep = ep.clone();
                         let buf = shared.clone();
-                        inflight.push_back(tokio::task::spawn_local(async move { ep.send(&buf[..]).await }));
+                        inflight.push_back(tokio::task::spawn_local(async move { api.send(&ep, &buf[..]).await }));
                     }
                     for f in inflight {
                         f.await.expect("send task")?;
@@ -183,10 +229,11 @@ async fn client(o: Opts, port: u16) -> Result<()> {
             local.run_until(stream(warm)).await?;
             let t0 = Instant::now();
             local.run_until(stream(o.iters)).await?;
-            ep.recv(&mut ack[..]).await?;
+            api.recv(&ep, &mut ack[..]).await?;
             let secs = t0.elapsed().as_secs_f64();
             println!(
-                "RESULT test=tag_bw mode={} size={} iters={} window={} MiBps={:.1}",
+                "RESULT test={} mode={} size={} iters={} window={} MiBps={:.1}",
+                o.test,
                 o.mode,
                 o.size,
                 o.iters,

@@ -48,3 +48,16 @@ row "  same, connected as perftest is" "$p_bw" "$o_bw_wa" "$o_bw_wa/$p_bw"
 p_bw_s=$(perftest tag_bw 1048576 "$BW_N" -E sleep | awk '{print $7}')
 o_bw_e=$("$BENCH" -t tag_bw -s 1048576 -n "$BW_N" --mode event | field MiBps)
 row "tag_bw 1 MiB, event/sleep (MiB/s)" "$p_bw_s" "$o_bw_e" "$o_bw_e/$p_bw_s"
+
+# Stream and active-message workloads (polling), ours through Endpoint::stream_send/recv and
+# UCX-Py-style am_send/am_recv (memory-type header, one allocated buffer per message).
+for t in stream_lat ucp_am_lat; do
+    p=$(perftest "$t" 8 "$LAT_N" | awk '{print $3}')
+    o=$("$BENCH" -t "$t" -s 8 -n "$LAT_N" --mode polling | field median_us)
+    row "$t 8 B, polling (µs)" "$p" "$o" "$o/$p"
+done
+for t in stream_bw ucp_am_bw; do
+    p=$(perftest "$t" 1048576 "$BW_N" | awk '{print $7}')
+    o=$("$BENCH" -t "$t" -s 1048576 -n "$BW_N" --mode polling | field MiBps)
+    row "$t 1 MiB, polling (MiB/s)" "$p" "$o" "$o/$p"
+done

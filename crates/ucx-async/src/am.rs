@@ -69,6 +69,12 @@ impl AmRouter {
         msg
     }
 
+    /// Whether a message for endpoint `ep` is queued.
+    pub(crate) fn has_message(&self, ep: usize) -> bool {
+        let q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        q.get(&ep).is_some_and(|queue| !queue.messages.is_empty())
+    }
+
     /// Drops every queued message (the worker is going away).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.queues.lock().unwrap_or_else(|p| p.into_inner()));

@@ -303,7 +303,8 @@ impl Endpoint {
     /// Fails with `Canceled` once the endpoint is closed and nothing is left to receive.
     pub async fn am_recv(&self) -> Result<Box<dyn AmBuffer>> {
         let router = &self.inner.worker.inner.am;
-        let msg = AmWait { router, ep: self.inner.core_id, state: &self.inner.state, slot: None }.await?;
+        let signals = &self.inner.worker.inner.signals;
+        let msg = AmWait { router, signals, ep: self.inner.core_id, state: &self.inner.state, slot: None }.await?;
         let mt = if msg.is_rendezvous() { header_memory_type(msg.header()) } else { MemoryType::Host };
         let len = msg.data_len();
         let Some(mut buf) = router.allocate(mt, len) else {

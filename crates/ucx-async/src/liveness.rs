@@ -13,6 +13,7 @@ use ucx_core::{AmMessage, Error, Result, Status, FULL_MASK};
 
 use crate::am::AmRouter;
 use crate::op::{Cancel, Completes};
+use crate::reactor::Signals;
 use crate::worker::Worker;
 
 /// Why an endpoint stopped: still up, closed (by us or by the peer's control message), or
@@ -166,6 +167,7 @@ pub(crate) async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
 /// Waits for the next active message routed to an endpoint, or for the endpoint to go down.
 pub(crate) struct AmWait<'s> {
     pub(crate) router: &'s AmRouter,
+    pub(crate) signals: &'s Signals,
     pub(crate) ep: usize,
     pub(crate) state: &'s EpState,
     pub(crate) slot: Option<u64>,
@@ -176,6 +178,8 @@ impl Future for AmWait<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        // Progress here for a moment first, as operations do (`Completes::poll`).
+        let _ = this.router.has_message(this.ep) || this.signals.spin_until(0, || this.router.has_message(this.ep));
         this.state.register(&mut this.slot, cx.waker());
         if let Some(m) = this.router.take(this.ep, cx.waker()) {
             return Poll::Ready(Ok(m));
