@@ -27,7 +27,7 @@ lat = re.search(r"Latency \(median\)\s*\|\s*([\d.]+) ns", text)
 bw = re.search(r"Bandwidth \(median\)\s*\|\s*([\d.]+) (\w+)/s", text)
 if not lat or not bw:
     sys.exit("no median in report:\n" + text[-2000:])
-scale = {"B": 2**-20, "KiB": 2**-10, "MiB": 1, "GiB": 2**10}[bw.group(2)]
+scale = {"B": 2**-20, "KiB": 2**-10, "kiB": 2**-10, "MiB": 1, "GiB": 2**10}[bw.group(2)]
 print(f"{float(lat.group(1)) / 1000:.2f} {float(bw.group(1)) * scale:.1f}")'
 }
 
