@@ -240,6 +240,25 @@ async fn dropped_pending_receives_never_touch_freed_memory() {
 }
 
 #[tokio::test]
+async fn bytes_and_bytes_mut_as_buffers() {
+    use bytes::{Bytes, BytesMut};
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    for n in [0usize, 8, 1 << 20] {
+        let data = Bytes::from(pattern(n));
+        let mut into = BytesMut::zeroed(n);
+        let (sent, got) = tokio::join!(client.send(&data), server.recv(&mut into));
+        sent.unwrap();
+        assert_eq!(got.unwrap(), n);
+        assert_eq!(into.freeze(), data, "{n} bytes borrowed");
+        // Owned: the buffers travel with the operation and come back.
+        let (sent, got) = tokio::join!(client.send_owned(data.clone()), server.recv_owned(BytesMut::zeroed(n)));
+        assert_eq!(sent.unwrap(), data);
+        let (buf, len) = got.unwrap();
+        assert_eq!((buf.freeze(), len), (data, n), "{n} bytes owned");
+    }
+}
+
+#[tokio::test]
 async fn message_larger_than_buffer_is_an_error() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     server.send(&[1u8; 100][..]).await.unwrap();

@@ -155,6 +155,44 @@ unsafe impl<T: Pod, const N: usize> RecvBuffer for [T; N] {
     }
 }
 
+// SAFETY: `Bytes` derefs to its initialised host bytes, which do not move or change while it
+// is borrowed (or owned, for the owned operations).
+#[cfg(feature = "bytes")]
+unsafe impl SendBuffer for bytes::Bytes {
+    fn as_ptr(&self) -> *const u8 {
+        <[u8]>::as_ptr(self)
+    }
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn memory_type(&self) -> MemoryType {
+        MemoryType::Host
+    }
+}
+
+// SAFETY: as for `Bytes`; a `BytesMut` is exclusively owned, so its initialised bytes (its
+// `len()`, not its spare capacity) are writable.
+#[cfg(feature = "bytes")]
+unsafe impl SendBuffer for bytes::BytesMut {
+    fn as_ptr(&self) -> *const u8 {
+        <[u8]>::as_ptr(self)
+    }
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn memory_type(&self) -> MemoryType {
+        MemoryType::Host
+    }
+}
+
+// SAFETY: see the `SendBuffer` impl; any byte pattern is a valid u8.
+#[cfg(feature = "bytes")]
+unsafe impl RecvBuffer for bytes::BytesMut {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        <[u8]>::as_mut_ptr(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
