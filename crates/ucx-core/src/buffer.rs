@@ -155,37 +155,31 @@ unsafe impl<T: Pod, const N: usize> RecvBuffer for [T; N] {
     }
 }
 
-// SAFETY: `Bytes` derefs to its initialised host bytes, which do not move or change while it
-// is borrowed (or owned, for the owned operations).
+/// `SendBuffer` for `bytes` types that deref to their initialised host bytes.
 #[cfg(feature = "bytes")]
-unsafe impl SendBuffer for bytes::Bytes {
-    fn as_ptr(&self) -> *const u8 {
-        <[u8]>::as_ptr(self)
-    }
-    fn byte_len(&self) -> usize {
-        self.len()
-    }
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::Host
-    }
+macro_rules! host_bytes {
+    ($($t:ty),*) => { $(
+        // SAFETY: the value derefs to its initialised host bytes (`len()`, not spare
+        // capacity), which do not move or change while it is borrowed or owned by the
+        // operation.
+        unsafe impl SendBuffer for $t {
+            fn as_ptr(&self) -> *const u8 {
+                <[u8]>::as_ptr(self)
+            }
+            fn byte_len(&self) -> usize {
+                self.len()
+            }
+            fn memory_type(&self) -> MemoryType {
+                MemoryType::Host
+            }
+        }
+    )* };
 }
-
-// SAFETY: as for `Bytes`; a `BytesMut` is exclusively owned, so its initialised bytes (its
-// `len()`, not its spare capacity) are writable.
 #[cfg(feature = "bytes")]
-unsafe impl SendBuffer for bytes::BytesMut {
-    fn as_ptr(&self) -> *const u8 {
-        <[u8]>::as_ptr(self)
-    }
-    fn byte_len(&self) -> usize {
-        self.len()
-    }
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::Host
-    }
-}
+host_bytes!(bytes::Bytes, bytes::BytesMut);
 
-// SAFETY: see the `SendBuffer` impl; any byte pattern is a valid u8.
+// SAFETY: a `BytesMut` is exclusively owned, so its initialised bytes are writable; any byte
+// pattern is a valid u8.
 #[cfg(feature = "bytes")]
 unsafe impl RecvBuffer for bytes::BytesMut {
     fn as_mut_ptr(&mut self) -> *mut u8 {
