@@ -27,6 +27,60 @@ def _connect_then_wait(port, q):
     asyncio.run(main())
 
 
+def _echo_forever(q):
+    async def main():
+        async def handler(ep):
+            buf = np.empty(8, dtype="u1")
+            while True:
+                try:
+                    await ep.recv(buf)
+                    await ep.send(buf)
+                except ucp.exceptions.UCXBaseException:
+                    return
+
+        lf = ucp.create_listener(handler)
+        q.put(lf.port)
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+
+
+def test_prompt_reply_completes_the_receive_inline(fresh_ucp):
+    """A receive progresses the worker before it hands back a future (UCXPY_SPIN_US): a reply
+    from another process that lands meanwhile completes the call itself, with no future."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    peer = ctx.Process(target=_echo_forever, args=(q,), daemon=True)
+    peer.start()
+    try:
+
+        async def main():
+            ep = await ucp.create_endpoint("127.0.0.1", q.get(timeout=30))
+            inline = 0
+            for i in range(50):
+                out = np.full(8, i, dtype="u1")
+                back = np.zeros(8, dtype="u1")
+                await ep.send(out)
+                fut = ep._ep.tag_recv_checked(back, ep._tags["msg_recv"], 1_000_000)
+                if fut is None:
+                    inline += 1
+                else:
+                    await fut
+                np.testing.assert_array_equal(back, out)
+            # Without a spin the same receive is posted before the reply exists: a future.
+            await ep.send(out)
+            fut = ep._ep.tag_recv_checked(back, ep._tags["msg_recv"], 0)
+            assert fut is not None
+            await fut
+            await ep.close()
+            return inline
+
+        assert run(main(), timeout=60) == 50
+    finally:
+        peer.kill()
+        peer.join()
+
+
 def test_killed_peer_cancels_pending_receive(progress_mode):
     spawn = multiprocessing.get_context("spawn")
     q = spawn.Queue()

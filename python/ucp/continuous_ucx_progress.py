@@ -45,6 +45,16 @@ class ProgressTask:
             pass
 
 
+def others_ready(loop):
+    """Whether anything but a progress driver's own callbacks (a scheduled pass, the fd
+    callback: while the worker is unarmed the fd stays readable) is ready to run on ``loop``;
+    a spin would only delay it."""
+    return any(
+        not isinstance(getattr(getattr(h, "_callback", None), "__self__", None), ProgressTask)
+        for h in getattr(loop, "_ready", ())
+    )
+
+
 class NonBlockingMode(ProgressTask):
     """Progresses the worker on every event-loop iteration (lowest latency, one busy core)."""
 
@@ -122,9 +132,7 @@ class BlockingMode(ProgressTask):
             return
         # Spin briefly for an awaited reply only when nothing else is ready to run (our own
         # fd callback does not count: while the worker is unarmed the fd stays readable).
-        ready = getattr(self.event_loop, "_ready", ())
-        others = len(ready) and sum(1 for h in ready if getattr(h, "_callback", None) != self._on_fd)
-        if worker.progress_and_arm(0 if others else SPIN_US):
+        if worker.progress_and_arm(0 if others_ready(self.event_loop) else SPIN_US):
             # Busy: the worker is not armed, so come back after what was just woken runs.
             self._schedule()
 

@@ -27,7 +27,7 @@ from ._libs.exceptions import (
     UCXCloseError,
     UCXError,
 )
-from .continuous_ucx_progress import BlockingMode, NonBlockingMode
+from .continuous_ucx_progress import SPIN_US, BlockingMode, NonBlockingMode, others_ready
 from .utils import get_event_loop, hash64bits
 
 logger = logging.getLogger("ucx")
@@ -529,8 +529,9 @@ class Endpoint:
             raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
         self._recv_count += 1
         # One native call: unless a matching message is already waiting, raises the peer's
-        # failure, or UCXCloseError if closed, first.
-        fut = ep.tag_recv_checked(buffer, tag)
+        # failure, or UCXCloseError if closed, first. It progresses for a moment before it
+        # hands back a future, so a prompt reply needs no trip through the event loop.
+        fut = ep.tag_recv_checked(buffer, tag, _inline_spin_us())
         ret = True if fut is None else await fut
         self._finished_recv_count += 1
         if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
@@ -690,6 +691,12 @@ def _device_buffer(nbytes):
         import cupy
 
         return cupy.empty(nbytes, dtype="u1")
+
+
+def _inline_spin_us():
+    """How long a receive may progress the worker before it yields (``UCXPY_SPIN_US``): only
+    when nothing else on this event loop is ready to run, which a spin would only delay."""
+    return 0 if others_ready(asyncio.get_running_loop()) else SPIN_US
 
 
 def _nbytes(obj):

@@ -142,7 +142,17 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, on_done, Some(&self.shared), name)
+        crate::worker::tag_recv(
+            &self.engine,
+            py,
+            buffer,
+            tag,
+            ucx_core::FULL_MASK,
+            on_done,
+            Some(&self.shared),
+            name,
+            0,
+        )
     }
 
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
@@ -154,15 +164,24 @@ impl Endpoint {
 
     /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
     /// already waiting (it can be received after the peer closed), raises the peer's failure,
-    /// then `UCXCloseError` if closed; then receives.
-    fn tag_recv_checked(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
+    /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us` before
+    /// it returns a future (see `worker::tag_recv`).
+    #[pyo3(signature = (buffer, tag, spin_us = 0))]
+    fn tag_recv_checked(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
         if self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
             self.raise_on_error(py)?;
             if lock(&self.shared.ep).is_none() {
                 return Err(errors::new(py, Kind::CloseError, "Endpoint closed"));
             }
         }
-        self.tag_recv(py, buffer, tag, None, None)
+        let shared = Some(&*self.shared);
+        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, None, shared, None, spin_us)
     }
 
     /// Sends `buffer` on the stream API.

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use ucx_core::{AmMessage, Completion, ConnRequest, Owned, Status};
@@ -19,6 +20,9 @@ use crate::buffer;
 use crate::errors::{self, Kind};
 use crate::request::Request;
 use crate::target::{py_true, Outcome, Target};
+
+/// Spin rounds between two checks of the wakeup fd (see `Engine::spin_until`).
+const FD_CHECK_ROUNDS: u32 = 16;
 
 /// Locks a mutex, tolerating poisoning (a panic elsewhere must not wedge the worker).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -257,6 +261,32 @@ impl Engine {
                 e.write_unraisable(py, None);
             }
         }
+    }
+
+    /// Progresses the worker until `done()` or `spin_us` have passed (call it with the GIL
+    /// released). Once armed, UCX polls the transports only after `arm()` has handled what the
+    /// wakeup fd signals, so the fd is checked (a system call) every few rounds.
+    pub(crate) fn spin_until(&self, spin_us: u64, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_micros(spin_us);
+        let mut round = 0u32;
+        while !done() && Instant::now() < deadline {
+            self.worker.progress();
+            round = round.wrapping_add(1);
+            if round % FD_CHECK_ROUNDS == 0 && self.worker.wakeup_pending().unwrap_or(false) {
+                let _ = self.worker.arm();
+            }
+        }
+    }
+
+    /// Spins (GIL released) until `op` completes or `spin_us` pass, then delivers whatever else
+    /// the spin completed.
+    pub(crate) fn spin_for<B: Send + 'static>(&self, py: Python<'_>, op: Owned<B>, spin_us: u64) -> Owned<B> {
+        let op = py.allow_threads(move || {
+            self.spin_until(spin_us, || op.is_complete());
+            op
+        });
+        self.drain(py);
+        op
     }
 
     /// Progresses the worker until it has nothing more to do, with the GIL released, then

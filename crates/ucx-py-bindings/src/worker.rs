@@ -4,7 +4,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -17,9 +16,6 @@ use crate::endpoint::Endpoint;
 use crate::engine::{lock, Engine, EpShared, Meta, Name};
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
-
-/// Spin rounds between two checks of the wakeup fd (see `progress_and_arm`).
-const FD_CHECK_ROUNDS: u32 = 16;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
@@ -79,18 +75,7 @@ impl Worker {
             return Ok(true);
         }
         if spin_us > 0 && engine.inflight() > 0 {
-            let deadline = Instant::now() + Duration::from_micros(spin_us);
-            py.allow_threads(|| {
-                // Checking the fd is a system call: do it every few rounds only.
-                let mut round = 0u32;
-                while !engine.has_news() && Instant::now() < deadline {
-                    engine.worker.progress();
-                    round = round.wrapping_add(1);
-                    if round % FD_CHECK_ROUNDS == 0 && engine.worker.wakeup_pending().unwrap_or(false) {
-                        let _ = engine.worker.arm();
-                    }
-                }
-            });
+            py.allow_threads(|| engine.spin_until(spin_us, || engine.has_news()));
             if engine.progress(py) {
                 return Ok(true);
             }
@@ -173,7 +158,7 @@ impl Worker {
         ep: Option<&Endpoint>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        tag_recv(&self.engine, py, buffer, tag, mask, on_done, ep.map(|e| &*e.shared), name)
+        tag_recv(&self.engine, py, buffer, tag, mask, on_done, ep.map(|e| &*e.shared), name, 0)
     }
 
     /// Registers the callable that allocates received active messages of a memory type
@@ -247,6 +232,9 @@ impl Worker {
 
 /// A worker-wide tag receive that must fill `buffer` exactly; registered on `ep` (if given),
 /// whose closing or failure cancels it. Shared by `Worker.tag_recv` and `Endpoint.tag_recv`.
+/// With `spin_us`, a receive UCX did not finish at once progresses the worker (GIL released)
+/// for up to that long first: a reply that lands meanwhile completes the call inline, with no
+/// future and no trip through the event loop.
 #[allow(clippy::too_many_arguments)] // UCX-Py's keyword arguments, one for one
 pub(crate) fn tag_recv(
     engine: &Arc<Engine>,
@@ -257,6 +245,7 @@ pub(crate) fn tag_recv(
     on_done: Option<&Bound<'_, PyAny>>,
     ep: Option<&EpShared>,
     name: Option<String>,
+    spin_us: u64,
 ) -> PyResult<Option<Py<PyAny>>> {
     let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
     let nbytes = buf.len();
@@ -266,7 +255,10 @@ pub(crate) fn tag_recv(
         tag: Some(tag),
         nbytes,
     });
-    let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
+    let submitted = match engine.worker.tag_recv_owned(buf, tag, mask) {
+        Ok(op) if spin_us > 0 && !op.is_complete() => Ok(engine.spin_for(py, op, spin_us)),
+        other => other,
+    };
     engine.track(py, submitted, on_done, meta(name, Some(nbytes), ep.map(|e| e.key)))
 }
 
