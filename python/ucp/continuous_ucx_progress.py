@@ -45,14 +45,19 @@ class ProgressTask:
             pass
 
 
+# The asyncio tasks of non-blocking drivers (their steps are always ready to run).
+_driver_tasks = weakref.WeakSet()
+
+
+def _is_driver(owner):
+    return isinstance(owner, ProgressTask) or (isinstance(owner, asyncio.Task) and owner in _driver_tasks)
+
+
 def others_ready(loop):
     """Whether anything but a progress driver's own callbacks (a scheduled pass, the fd
-    callback: while the worker is unarmed the fd stays readable) is ready to run on ``loop``;
-    a spin would only delay it."""
-    return any(
-        not isinstance(getattr(getattr(h, "_callback", None), "__self__", None), ProgressTask)
-        for h in getattr(loop, "_ready", ())
-    )
+    callback: while the worker is unarmed the fd stays readable; a non-blocking driver's next
+    step) is ready to run on ``loop``; a spin would only delay it."""
+    return any(not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)) for h in getattr(loop, "_ready", ()))
 
 
 class NonBlockingMode(ProgressTask):
@@ -61,6 +66,7 @@ class NonBlockingMode(ProgressTask):
     def __init__(self, worker, event_loop):
         super().__init__(worker, event_loop)
         self.asyncio_task = event_loop.create_task(self._progress_task())
+        _driver_tasks.add(self.asyncio_task)
 
     async def _progress_task(self):
         while True:
