@@ -510,7 +510,7 @@ class Endpoint:
         self._send_count += 1
         try:
             # One native call: raises the peer's failure, or UCXCloseError if closed, first.
-            fut = ep.tag_send_checked(buffer, tag)
+            fut = ep.tag_send_checked(buffer, tag, _inline_spin_us())
             if fut is None:
                 return True
             return await fut

@@ -124,11 +124,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
-        let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
-        let name = self.name("Send", Some(tag), buf.len(), name);
-        let submitted = ep.tag_send_owned(buf, tag);
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+        self.send_spinning(py, buffer, tag, on_done, name, 0)
     }
 
     /// Receives (worker-wide, as UCX-Py) a message with exactly `tag` into `buffer`, which it
@@ -156,10 +152,19 @@ impl Endpoint {
     }
 
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
-    /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends.
-    fn tag_send_checked(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
+    /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends, progressing for up
+    /// to `spin_us` before it returns a future (a rendezvous send finishes once the peer has
+    /// fetched the data; see `worker::tag_recv`).
+    #[pyo3(signature = (buffer, tag, spin_us = 0))]
+    fn tag_send_checked(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
         self.raise_on_error(py)?;
-        self.tag_send(py, buffer, tag, None, None)
+        self.send_spinning(py, buffer, tag, None, None, spin_us)
     }
 
     /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
@@ -314,6 +319,26 @@ impl Endpoint {
 }
 
 impl Endpoint {
+    /// A tag send, spinning up to `spin_us` if UCX did not finish it at once.
+    fn send_spinning(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let ep = self.ep(py)?;
+        let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let name = self.name("Send", Some(tag), buf.len(), name);
+        let submitted = match ep.tag_send_owned(buf, tag) {
+            Ok(op) if spin_us > 0 && !op.is_complete() => Ok(self.engine.spin_for(py, op, spin_us)),
+            other => other,
+        };
+        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+    }
+
     fn failure(&self) -> Option<Status> {
         if let Some(s) = *lock(&self.shared.failure) {
             return Some(s);
