@@ -499,18 +499,40 @@ class Endpoint:
             return self._tags[key]
         return hash64bits(self._tags[key], hash(tag))
 
-    async def send(self, buffer, tag=None, force_tag=False):
-        """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
-        endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
+    def _post_send(self, buffer, tag, spin_us):
+        """Submits a send on the already computed ``tag``: ``None`` if UCX finished it at once,
+        else its future."""
         ep = self._ep
         if ep is None:
             # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
             raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
-        tag = self._tag("msg_send", tag, force_tag)
         self._send_count += 1
+        # One native call: raises the peer's failure, or UCXCloseError if closed, first.
+        return ep.tag_send_checked(buffer, tag, spin_us)
+
+    def _post_recv(self, buffer, tag, spin_us):
+        """Submits a receive on the already computed ``tag``: ``None`` if it finished at once,
+        else its future. The caller counts it finished (``_recv_finished``)."""
+        ep = self._ep
+        if ep is None:
+            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
+        self._recv_count += 1
+        # Unless a matching message is already waiting, raises the peer's failure, or
+        # UCXCloseError if closed, first. It progresses for up to ``spin_us`` before it hands
+        # back a future, so a prompt reply needs no trip through the event loop.
+        return ep.tag_recv_checked(buffer, tag, spin_us)
+
+    def _recv_finished(self, n=1):
+        self._finished_recv_count += n
+        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
+            self.abort()
+
+    async def send(self, buffer, tag=None, force_tag=False):
+        """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
+        endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
+        tag = self._tag("msg_send", tag, force_tag)
         try:
-            # One native call: raises the peer's failure, or UCXCloseError if closed, first.
-            fut = ep.tag_send_checked(buffer, tag, _inline_spin_us())
+            fut = self._post_send(buffer, tag, _inline_spin_us())
             if fut is None:
                 return True
             return await fut
@@ -523,35 +545,25 @@ class Endpoint:
         """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
         message that arrived before the endpoint closed can still be received."""
         tag = self._tag("msg_recv", tag, force_tag)
-        ep = self._ep
-        if ep is None:
-            # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
-            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
-        self._recv_count += 1
-        # One native call: unless a matching message is already waiting, raises the peer's
-        # failure, or UCXCloseError if closed, first. It progresses for a moment before it
-        # hands back a future, so a prompt reply needs no trip through the event loop.
-        fut = ep.tag_recv_checked(buffer, tag, _inline_spin_us())
+        fut = self._post_recv(buffer, tag, _inline_spin_us())
         ret = True if fut is None else await fut
-        self._finished_recv_count += 1
-        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
-            self.abort()
+        self._recv_finished()
         return ret
 
     async def send_multi(self, buffers, tag=None, force_tag=False):
         """Sends several frames as one message, in UCXX's multi-buffer framing (so a UCXX
         ``recv_multi`` receives them too): headers of up to 100 frames each, then the frames,
-        all posted at once and awaited together."""
+        all posted at once (no task per frame) and awaited together."""
         arrays = [Array(b) for b in buffers]
         headers = _MultiHeader.pack_all([(a.cuda, a.nbytes) for a in arrays])
-        sends = [self.send(h, tag=tag, force_tag=force_tag) for h in headers]
-        sends += [self.send(b, tag=tag, force_tag=force_tag) for b in buffers]
-        await asyncio.gather(*sends)
+        tag = self._tag("msg_send", tag, force_tag)
+        await _gather_posted(self._post_send(b, tag, 0) for b in (*headers, *buffers))
 
     async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None):
         """Receives the frames of one ``send_multi`` (ours or UCXX's): host frames into
         ``allocator(nbytes)``, CUDA frames into ``device_allocator(nbytes)`` (default: an RMM
-        ``DeviceBuffer``, or a CuPy array). The frames are received concurrently."""
+        ``DeviceBuffer``, or a CuPy array). Every frame's receive is posted as soon as the
+        headers are in."""
         layout = []
         while True:
             header = bytearray(_MultiHeader.SIZE)
@@ -563,7 +575,9 @@ class Endpoint:
         if any(cuda for cuda, _ in layout) and device_allocator is None:
             device_allocator = _device_buffer
         frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
-        await asyncio.gather(*(self.recv(f, tag=tag, force_tag=force_tag) for f in frames))
+        tag = self._tag("msg_recv", tag, force_tag)
+        await _gather_posted(self._post_recv(b, tag, 0) for b in frames)
+        self._recv_finished(len(frames))
         return frames
 
     async def am_send(self, buffer):
@@ -691,6 +705,22 @@ def _device_buffer(nbytes):
         import cupy
 
         return cupy.empty(nbytes, dtype="u1")
+
+
+async def _gather_posted(posts):
+    """Awaits the futures of operations posted one by one (``None``: finished at once). If
+    posting one fails, those already posted are left to finish, their outcome consumed."""
+    pending = []
+    try:
+        for fut in posts:
+            if fut is not None:
+                pending.append(fut)
+    except BaseException:
+        for fut in pending:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise
+    if pending:
+        await asyncio.gather(*pending)
 
 
 def _inline_spin_us():
