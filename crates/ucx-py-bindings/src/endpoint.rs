@@ -332,11 +332,11 @@ impl Endpoint {
         let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
-        let submitted = match ep.tag_send_owned(buf, tag) {
-            Ok(op) if spin_us > 0 && !op.is_complete() => Ok(self.engine.spin_for(py, op, spin_us)),
-            other => other,
-        };
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+        let meta = meta(name, None, Some(self.shared.key));
+        if on_done.is_some() {
+            return self.engine.track(py, ep.tag_send_owned(buf, tag), on_done, meta);
+        }
+        self.engine.track_spinning(py, ep.tag_send_owned(buf, tag), meta, spin_us)
     }
 
     fn failure(&self) -> Option<Status> {

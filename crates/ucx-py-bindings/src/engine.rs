@@ -278,15 +278,34 @@ impl Engine {
         }
     }
 
-    /// Spins (GIL released) until `op` completes or `spin_us` pass, then delivers whatever else
-    /// the spin completed.
-    pub(crate) fn spin_for<B: Send + 'static>(&self, py: Python<'_>, op: Owned<B>, spin_us: u64) -> Owned<B> {
-        let op = py.allow_threads(move || {
-            self.spin_until(spin_us, || op.is_complete());
-            op
-        });
-        self.drain(py);
-        op
+    /// Submits with an inline spin: if `submitted` is in flight and `spin_us > 0`, progresses
+    /// (GIL released) until it completes or `spin_us` pass, then tracks it as `track` does and
+    /// only then delivers what else the spin completed: an endpoint failure the spin saw must
+    /// find the operation tracked, to cancel it (UCX does not end a tag receive when an
+    /// endpoint fails), and an event the spin consumed would otherwise wait for a pass that the
+    /// sleeping loop never runs.
+    pub(crate) fn track_spinning<B: Send + 'static>(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        submitted: ucx_core::Result<Owned<B>>,
+        meta: Meta,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let (submitted, spun) = match submitted {
+            Ok(op) if spin_us > 0 && !op.is_complete() => {
+                let op = py.allow_threads(move || {
+                    self.spin_until(spin_us, || op.is_complete());
+                    op
+                });
+                (Ok(op), true)
+            }
+            other => (other, false),
+        };
+        let tracked = self.track(py, submitted, None, meta);
+        if spun {
+            self.drain(py);
+        }
+        tracked
     }
 
     /// Progresses the worker until it has nothing more to do, with the GIL released, then

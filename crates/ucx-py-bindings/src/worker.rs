@@ -255,11 +255,12 @@ pub(crate) fn tag_recv(
         tag: Some(tag),
         nbytes,
     });
-    let submitted = match engine.worker.tag_recv_owned(buf, tag, mask) {
-        Ok(op) if spin_us > 0 && !op.is_complete() => Ok(engine.spin_for(py, op, spin_us)),
-        other => other,
-    };
-    engine.track(py, submitted, on_done, meta(name, Some(nbytes), ep.map(|e| e.key)))
+    let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
+    let meta = meta(name, Some(nbytes), ep.map(|e| e.key));
+    if on_done.is_some() {
+        return engine.track(py, submitted, on_done, meta);
+    }
+    engine.track_spinning(py, submitted, meta, spin_us)
 }
 
 pub(crate) fn meta(name: Name, expect_len: Option<usize>, ep: Option<u64>) -> Meta {
