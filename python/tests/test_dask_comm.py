@@ -16,6 +16,32 @@ from distributed.comm.registry import get_backend  # noqa: E402
 from conftest import run  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _ucp_released_after_the_module():
+    """distributed closes a client's and a cluster's comms on its own loop threads, a moment
+    after the ``with`` block that closed them returns. Wait (up to 10 s) until nothing uses
+    this process's UCX context any more, so the next module's ``ucp.reset()`` finds it free;
+    anything still holding it then is a leak, and fails here."""
+    import weakref
+
+    import ucp
+
+    yield
+    if ucp.core._ctx is None:
+        return
+    ref = weakref.ref(ucp.core._ctx)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            ucp.reset()
+            return
+        except ucp.exceptions.UCXError:
+            if time.monotonic() > deadline:
+                raise
+            ucp.core._ctx = ref()  # reset() let go of it before it found the holders: retry
+            time.sleep(0.1)
+
+
 def test_backend_is_registered_by_entry_point():
     backend = get_backend("ucxa")
     assert type(backend).__name__ == "UCXABackend"
