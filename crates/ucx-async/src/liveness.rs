@@ -179,7 +179,7 @@ impl Future for AmWait<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         // Progress here for a moment first, as operations do (`Completes::poll`).
-        let _ = this.router.has_message(this.ep) || this.signals.spin_until(0, || this.router.has_message(this.ep));
+        this.signals.spin_until(0, || this.router.has_message(this.ep));
         this.state.register(&mut this.slot, cx.waker());
         if let Some(m) = this.router.take(this.ep, cx.waker()) {
             return Poll::Ready(Ok(m));

@@ -75,7 +75,7 @@ impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
         let this = &mut *self;
         let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
         // Spin before registering the waker (see `Completes::poll`).
-        let _ = op.is_complete() || this.signals.spin_until(this.bytes, || op.is_complete());
+        this.signals.spin_until(this.bytes, || op.is_complete());
         let r = op.poll_complete(cx);
         if r.is_pending() && !this.nudged {
             this.nudged = true;
@@ -100,7 +100,7 @@ impl Future for Completes<'_, '_> {
                 // Progress here for a moment before yielding, and before registering the
                 // waker: a completion during the spin then wakes nobody (waking tokio's
                 // block_on task from its own thread costs an eventfd write, and a poll).
-                let _ = r.is_complete() || this.signals.spin_until(this.bytes, || r.is_complete());
+                this.signals.spin_until(this.bytes, || r.is_complete());
                 match r.poll_complete(cx) {
                     Poll::Ready(res) => {
                         this.submitted = None;

@@ -41,20 +41,18 @@ pub(crate) const IDLE_TICK: Duration = Duration::from_millis(100);
 pub(crate) struct Signals {
     sleeping: AtomicBool,
     nudge: Notify,
-    /// In polling and adaptive modes: the worker, which a waiting future progresses itself
-    /// for a moment before yielding (a round trip through the scheduler costs more than the
-    /// message).
-    inline: Option<(ucx_core::Worker, Duration)>,
+    /// The worker, which a waiting future progresses itself for a moment before yielding (a
+    /// round trip through the scheduler costs more than the message), and for how long.
+    worker: ucx_core::Worker,
+    inline_spin: Duration,
 }
 
-/// How long a future in polling or adaptive mode progresses the worker itself before yielding.
+/// How long a waiting future progresses the worker itself before it yields (and, in event
+/// mode, lets the reactor sleep): it catches a reply over shared memory (about 1 µs here) and
+/// keeps a window of large sends flowing (event mode, 1 MiB streaming: 4.9 GB/s with 5 µs,
+/// 6.3–8.3 with 20 µs, 9.1 with 50 µs, before the size-scaled budget below); it is spent only
+/// while an operation is awaited, so an idle process stays idle.
 const INLINE_SPIN: Duration = Duration::from_micros(20);
-
-/// How long a future in event mode progresses the worker itself before it lets the reactor
-/// sleep: it catches a reply over shared memory (about 1 µs here) and keeps a window of large
-/// sends flowing (1 MiB streaming: 4.9 GB/s with 5 µs, 6.3–8.3 with 20 µs, 9.1 with 50 µs);
-/// it is spent only while an operation is awaited, so an idle process stays idle.
-const EVENT_SPIN: Duration = Duration::from_micros(20);
 
 /// The rate the inline spin budget assumes for an operation's bytes (8 GB/s, shared memory).
 const SPIN_BYTES_PER_US: usize = 8_000;
@@ -64,36 +62,36 @@ const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
 
 impl Signals {
     pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
-        let inline = match mode {
-            // Event mode: a short look before sleeping catches a reply already on its way.
-            ProgressMode::Event => Some((worker.clone(), EVENT_SPIN)),
-            ProgressMode::Polling => Some((worker.clone(), INLINE_SPIN)),
-            ProgressMode::Adaptive { spin } => Some((worker.clone(), spin.min(INLINE_SPIN))),
+        let inline_spin = match mode {
+            ProgressMode::Event | ProgressMode::Polling => INLINE_SPIN,
+            ProgressMode::Adaptive { spin } => spin.min(INLINE_SPIN),
         };
-        Signals { sleeping: AtomicBool::new(false), nudge: Notify::new(), inline }
+        Signals { sleeping: AtomicBool::new(false), nudge: Notify::new(), worker: worker.clone(), inline_spin }
     }
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
     /// out. The budget grows with the `bytes` the operation moves, by about the time they take
     /// over shared memory: a large transfer finishes in the spin instead of after a trip
     /// through the fd and the scheduler (event mode, 1 MiB streaming: 6.4–9.4 GB/s with a flat
-    /// 20 µs, 10.4–11.6 with 100 µs). Returns whether `done()` held.
-    pub(crate) fn spin_until(&self, bytes: usize, mut done: impl FnMut() -> bool) -> bool {
-        let Some((worker, base)) = &self.inline else { return false };
-        let budget = *base + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN);
+    /// 20 µs, 10.4–11.6 with 100 µs). Returns at once if `done()` already holds.
+    pub(crate) fn spin_until(&self, bytes: usize, mut done: impl FnMut() -> bool) {
+        if done() {
+            return;
+        }
+        let budget = self.inline_spin + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN);
         // Reading the clock costs about as much as a progress round that finds nothing, so it
         // is read every 8 rounds, and not at all when the operation completes in the first 8.
         let mut start = None;
         loop {
             for _ in 0..8 {
-                worker.progress();
+                self.worker.progress();
                 if done() {
-                    return true;
+                    return;
                 }
             }
             let now = Instant::now();
             if now.duration_since(*start.get_or_insert(now)) >= budget {
-                return false;
+                return;
             }
         }
     }
