@@ -2,6 +2,33 @@
 from abc import ABC, abstractmethod
 from argparse import Namespace
 from queue import Queue
+from time import monotonic
+
+
+async def timed_round_trips(args: Namespace, queue: Queue, round_trip):
+    """Awaits ``round_trip(i)`` for the warm-up and measured iterations and puts the times of
+    the measured ones into ``queue``, then (with ``--report-gil-contention``) the GIL
+    contention seen meanwhile: what every backend's client reports."""
+    if args.report_gil_contention:
+        from gilknocker import KnockKnock
+
+        # The smallest polling interval: with coarser ones small messages always read zero.
+        knocker = KnockKnock(polling_interval_micros=1)
+        knocker.start()
+
+    times = []
+    for i in range(args.n_iter + args.n_warmup_iter):
+        start = monotonic()
+        await round_trip(i)
+        stop = monotonic()
+        if i >= args.n_warmup_iter:
+            times.append(stop - start)
+
+    if args.report_gil_contention:
+        knocker.stop()
+    queue.put(times)
+    if args.report_gil_contention:
+        queue.put(knocker.contention_metric)
 
 
 class BaseServer(ABC):

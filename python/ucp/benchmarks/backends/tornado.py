@@ -2,14 +2,13 @@
 (host memory only; needs the `tornado` package).
 """
 import asyncio
-from time import monotonic
 
 import numpy as np
 from tornado.iostream import StreamClosedError
 from tornado.tcpclient import TCPClient
 from tornado.tcpserver import TCPServer
 
-from ucp.benchmarks.backends.base import BaseClient, BaseServer
+from ucp.benchmarks.backends.base import BaseClient, BaseServer, timed_round_trips
 
 # Large enough for messages up to 1 GiB (tornado's default is 100 MiB).
 MAX_BUFFER_SIZE = 1024**3
@@ -73,29 +72,11 @@ class TornadoClient(BaseClient):
         stream = await TCPClient().connect(self.server_address, self.port, max_buffer_size=MAX_BUFFER_SIZE)
 
         send_msg = np.arange(args.n_bytes, dtype="u1")
-        if args.reuse_alloc:
-            recv_msg = np.zeros(args.n_bytes, dtype="u1")
+        recv_msg = np.zeros(args.n_bytes, dtype="u1") if args.reuse_alloc else None
 
-        if args.report_gil_contention:
-            from gilknocker import KnockKnock
-
-            knocker = KnockKnock(polling_interval_micros=1)
-            knocker.start()
-
-        times = []
-        for i in range(args.n_iter + args.n_warmup_iter):
-            start = monotonic()
-            if not args.reuse_alloc:
-                recv_msg = np.zeros(args.n_bytes, dtype="u1")
+        async def round_trip(i):
+            msg = recv_msg if args.reuse_alloc else np.zeros(args.n_bytes, dtype="u1")
             await stream.write(send_msg.data)
-            await stream.read_into(recv_msg.data)
-            stop = monotonic()
-            if i >= args.n_warmup_iter:
-                times.append(stop - start)
+            await stream.read_into(msg.data)
 
-        if args.report_gil_contention:
-            knocker.stop()
-
-        self.queue.put(times)
-        if args.report_gil_contention:
-            self.queue.put(knocker.contention_metric)
+        await timed_round_trips(args, self.queue, round_trip)

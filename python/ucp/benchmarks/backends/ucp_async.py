@@ -4,11 +4,10 @@ the public API (`ucp.init`, `create_listener`, `create_endpoint`, `Endpoint.send
 import asyncio
 from argparse import Namespace
 from queue import Queue
-from time import monotonic
 
 import ucp
 from ucp._libs.utils import print_key_value
-from ucp.benchmarks.backends.base import BaseClient, BaseServer
+from ucp.benchmarks.backends.base import BaseClient, BaseServer, timed_round_trips
 from ucp.benchmarks.utils import get_allocator
 
 
@@ -82,41 +81,23 @@ class UCXPyAsyncClient(BaseClient):
         ep = await ucp.create_endpoint(self.server_address, self.port, endpoint_error_handling=args.error_handling)
 
         send_msg = xp.arange(args.n_bytes, dtype="u1")
-        if args.reuse_alloc:
-            recv_msg = xp.zeros(args.n_bytes, dtype="u1")
+        recv_msg = xp.zeros(args.n_bytes, dtype="u1") if args.reuse_alloc else None
 
         if args.cuda_profile:
             xp.cuda.profiler.start()
-        if args.report_gil_contention:
-            from gilknocker import KnockKnock
 
-            # The smallest polling interval: with coarser ones small messages always read zero.
-            knocker = KnockKnock(polling_interval_micros=1)
-            knocker.start()
-
-        times = []
-        for i in range(args.n_iter + args.n_warmup_iter):
-            start = monotonic()
+        async def round_trip(i):
             if args.enable_am:
                 await ep.am_send(send_msg)
                 await ep.am_recv()
             else:
-                if not args.reuse_alloc:
-                    recv_msg = xp.zeros(args.n_bytes, dtype="u1")
+                msg = recv_msg if args.reuse_alloc else xp.zeros(args.n_bytes, dtype="u1")
                 await ep.send(send_msg)
-                await ep.recv(recv_msg)
-            stop = monotonic()
-            if i >= args.n_warmup_iter:
-                times.append(stop - start)
+                await ep.recv(msg)
 
-        if args.report_gil_contention:
-            knocker.stop()
+        await timed_round_trips(args, self.queue, round_trip)
         if args.cuda_profile:
             xp.cuda.profiler.stop()
-
-        self.queue.put(times)
-        if args.report_gil_contention:
-            self.queue.put(knocker.contention_metric)
 
     def print_backend_specific_config(self):
         config = ucp.get_config()
