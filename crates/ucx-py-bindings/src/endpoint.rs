@@ -333,10 +333,7 @@ impl Endpoint {
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
         let meta = meta(name, None, Some(self.shared.key));
-        if on_done.is_some() {
-            return self.engine.track(py, ep.tag_send_owned(buf, tag), on_done, meta);
-        }
-        self.engine.track_spinning(py, ep.tag_send_owned(buf, tag), meta, spin_us)
+        self.engine.track_spinning(py, ep.tag_send_owned(buf, tag), on_done, meta, spin_us)
     }
 
     fn failure(&self) -> Option<Status> {

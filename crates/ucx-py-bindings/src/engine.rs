@@ -288,6 +288,7 @@ impl Engine {
         self: &Arc<Self>,
         py: Python<'_>,
         submitted: ucx_core::Result<Owned<B>>,
+        on_done: Option<&Bound<'_, PyAny>>,
         meta: Meta,
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
@@ -301,7 +302,7 @@ impl Engine {
             }
             other => (other, false),
         };
-        let tracked = self.track(py, submitted, None, meta);
+        let tracked = self.track(py, submitted, on_done, meta);
         if spun {
             self.drain(py);
         }

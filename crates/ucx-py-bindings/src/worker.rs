@@ -257,10 +257,7 @@ pub(crate) fn tag_recv(
     });
     let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
     let meta = meta(name, Some(nbytes), ep.map(|e| e.key));
-    if on_done.is_some() {
-        return engine.track(py, submitted, on_done, meta);
-    }
-    engine.track_spinning(py, submitted, meta, spin_us)
+    engine.track_spinning(py, submitted, on_done, meta, spin_us)
 }
 
 pub(crate) fn meta(name: Name, expect_len: Option<usize>, ep: Option<u64>) -> Meta {
