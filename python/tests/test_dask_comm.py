@@ -35,11 +35,42 @@ def _ucp_released_after_the_module():
         try:
             ucp.reset()
             return
-        except ucp.exceptions.UCXError:
+        except ucp.exceptions.UCXError as e:
             if time.monotonic() > deadline:
-                raise
+                raise AssertionError(f"{e}\nheld by:\n{_holders_of_live_endpoints()}") from e
             ucp.core._ctx = ref()  # reset() let go of it before it found the holders: retry
             time.sleep(0.1)
+
+
+def _holders_of_live_endpoints(depth=3):
+    """What refers to each open ``ucp`` endpoint, `depth` levels up (to name a leak)."""
+    import gc
+
+    import ucp
+
+    def short(o):
+        return f"{type(o).__module__}.{type(o).__qualname__} {repr(o)[:160]}"
+
+    lines = []
+    seen = set()
+
+    def walk(o, level):
+        if level == depth:
+            return
+        for r in gc.get_referrers(o):
+            if id(r) in seen or r is lines or type(r).__name__ == "frame" and level:
+                continue
+            seen.add(id(r))
+            lines.append("  " * (level + 1) + "<- " + short(r))
+            walk(r, level + 1)
+
+    live = [o for o in gc.get_objects() if isinstance(o, ucp.core.Endpoint) and o._ctx is not None]
+    seen.add(id(live))
+    for ep in live:
+        seen.add(id(ep))
+        lines.append(short(ep))
+        walk(ep, 0)
+    return "\n".join(lines)
 
 
 def test_backend_is_registered_by_entry_point():

@@ -212,3 +212,34 @@ def test_reset_refuses_while_endpoints_live(fresh_ucp):
             o.close()
     del objs, o
     ucp.reset()
+
+
+def test_reset_while_a_handler_takes_its_last_step(fresh_ucp):
+    """A listener callback that closed its endpoint may still need a loop iteration to return
+    when the client is done; reset() must not find the context held by that frame (UCX-Py's
+    test_server_shutdown resets right then)."""
+
+    async def main():
+        async def handler(ep):
+            with pytest.raises(ucp.exceptions.UCXCanceled):
+                await asyncio.gather(ep.recv(bytearray(10**6)), ep.close())
+
+        lf = ucp.create_listener(handler)
+        client = await ucp.create_endpoint("127.0.0.1", lf.port)
+        with pytest.raises(ucp.exceptions.UCXCanceled):
+            await client.recv(bytearray(10**6))
+
+    loop = asyncio.new_event_loop()
+    try:
+        # No wait_for: its extra loop iterations would let the handler finish. A watchdog
+        # cancels a hang instead.
+        task = loop.create_task(main())
+        loop.call_later(30, task.cancel)
+        loop.run_until_complete(task)
+        still_running = [t for t in asyncio.all_tasks(loop) if "_listener_handler" in repr(t.get_coro())]
+        ucp.reset()
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+    # Only a real test while the handler had not finished yet.
+    assert still_running

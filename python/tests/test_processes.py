@@ -1,6 +1,7 @@
 """Across processes: a peer killed mid-receive, spawned peers, UCXX-flavour listeners, and a
 Rust ucx-async peer (the `echo` example) in both directions."""
 import asyncio
+import logging
 import multiprocessing
 import os
 import pathlib
@@ -110,6 +111,67 @@ def test_killed_peer_cancels_pending_receive(progress_mode):
             lf.close()
 
     run(main(), timeout=60)
+
+
+def _receive_once_then_exit(port):
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port, endpoint_error_handling=False)
+        await ep.recv(bytearray(8))
+
+    asyncio.run(main())
+
+
+def test_close_to_a_gone_peer_logs_the_failed_send_by_name(fresh_ucp, caplog):
+    """Without error handling nothing tells us the peer process ended; close()'s control
+    message then fails, inline or later, and the warning names the send as UCX-Py's did
+    (`UCXError('<[Send shutdown] ep: ...>: Connection reset by remote peer')`)."""
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        server_ep = asyncio.get_running_loop().create_future()
+        lf = ucp.create_listener(server_ep.set_result, endpoint_error_handling=False)
+        proc = spawn.Process(target=_receive_once_then_exit, args=(lf.port,))
+        proc.start()
+        ep = await asyncio.wait_for(server_ep, 30)
+        await ep.send(bytearray(8))
+        await asyncio.get_running_loop().run_in_executor(None, proc.join, 30)
+        assert proc.exitcode == 0
+        lf.close()
+        with caplog.at_level(logging.WARNING):
+            # Then the endpoint's flushing close fails too, and says so, as UCX-Py's did.
+            with pytest.raises(ucp.exceptions.UCXError, match="Error while closing endpoint"):
+                await ep.close()
+        assert ep.closed()
+
+    run(main(), timeout=60)
+    assert "UCXError('<[Send shutdown] ep: 0x" in caplog.text, caplog.text
+
+
+def _hand_out_address_then_reset(q, done):
+    address = bytes(ucp.get_worker_address())
+    ucp.reset()
+    q.put(address)
+    done.wait(30)
+
+
+def test_worker_address_of_a_closed_worker_is_unreachable(fresh_ucp):
+    """Over shared memory (our UCX_MM_ERROR_HANDLING=y default) UCX reports a closed worker
+    as "Shared memory error"; callers get UCX-Py's "Destination is unreachable"."""
+    spawn = multiprocessing.get_context("spawn")
+    q, done = spawn.Queue(), spawn.Event()
+    proc = spawn.Process(target=_hand_out_address_then_reset, args=(q, done))
+    proc.start()
+    try:
+        address = ucp.get_ucx_address_from_buffer(q.get(timeout=30))
+
+        async def main():
+            with pytest.raises(ucp.exceptions.UCXError, match="Destination is unreachable"):
+                await ucp.create_endpoint_from_worker_address(address)
+
+        run(main())
+    finally:
+        done.set()
+        proc.join(30)
 
 
 def test_ucxx_flavour_listener_and_detecting_client(fresh_ucp, monkeypatch):

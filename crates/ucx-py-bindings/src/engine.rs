@@ -206,7 +206,10 @@ impl Engine {
         on_done: Option<&Bound<'_, PyAny>>,
         meta: Meta,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let mut owned = submitted.map_err(|e| errors::from_core(py, &e))?;
+        // A submission UCX refused at once is named by the operation first, as UCX-Py's
+        // `<name>: status`, so callers (and logs) see which send or receive it was.
+        let mut owned =
+            submitted.map_err(|e| errors::new(py, Kind::Error, format!("<{}>: {e}", meta.name.render())))?;
         let (id, finished) = self.first_poll(&mut owned);
         if let Some(r) = finished {
             drop(owned);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use ucx_core::{Armed, Features, Owned, WorkerAddress, FULL_MASK};
+use ucx_core::{Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
 
 use crate::buffer::PyBuf;
 use crate::context::Context;
@@ -209,7 +209,20 @@ impl Worker {
         // trivially short. The bytes came from a worker address (UCX-Py's UCXAddress contract).
         let address = unsafe { WorkerAddress::from_bytes(address.to_vec()) };
         Endpoint::create(py, &self.engine, error_handling, |params| {
-            ucx_core::Endpoint::connect_to_worker(&self.engine.worker, &address, params)
+            ucx_core::Endpoint::connect_to_worker(&self.engine.worker, &address, params).map_err(|e| {
+                // Over shared memory a worker that is gone shows as its segment failing to
+                // attach; what that means for the caller is UCX-Py's "Destination is
+                // unreachable" (which TCP reports for the same case).
+                if e.status() == Status::ShmemSegment {
+                    ucx_core::Error::with_detail(
+                        e.op(),
+                        Status::Unreachable,
+                        "the worker's shared memory is gone: it was closed or its process ended",
+                    )
+                } else {
+                    e
+                }
+            })
         })
     }
 
