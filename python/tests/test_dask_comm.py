@@ -25,8 +25,11 @@ def _ucp_released_after_the_module():
     import weakref
 
     import ucp
+    from ucp.continuous_ucx_progress import set_spin_us, spin_us
 
+    spin_before = spin_us()  # the comm turns the spin off process-wide
     yield
+    set_spin_us(spin_before)
     if ucp.core._ctx is None:
         return
     ref = weakref.ref(ucp.core._ctx)
@@ -91,6 +94,30 @@ def test_config_namespace_sets_ucx_options(fresh_ucp):
     config = ucp.get_config()
     assert config["SEG_SIZE"] == "4K"
     assert config["NET_DEVICES"] == "lo"
+
+
+def test_spin_is_off_by_default_and_configurable(fresh_ucp, monkeypatch):
+    """Dask reads wait long for their message: no spin unless ``ucxa.spin-us`` asks for one;
+    an explicit UCXPY_SPIN_US wins."""
+    import dask
+
+    import ucp
+    from ucp.continuous_ucx_progress import set_spin_us, spin_us
+    from ucp.dask_comm import _init_ucx
+
+    monkeypatch.delenv("UCXPY_SPIN_US", raising=False)
+    set_spin_us(100)
+    _init_ucx()
+    assert spin_us() == 0
+    ucp.reset()
+    with dask.config.set({"ucxa.spin-us": 50}):
+        _init_ucx()
+    assert spin_us() == 50
+    ucp.reset()
+    monkeypatch.setenv("UCXPY_SPIN_US", "7")
+    set_spin_us(7)
+    _init_ucx()
+    assert spin_us() == 7
 
 
 def test_client_server_twenty_clients(fresh_ucp):

@@ -18,6 +18,18 @@ import weakref
 SPIN_US = int(os.environ.get("UCXPY_SPIN_US", "100"))
 
 
+def spin_us():
+    """The current spin limit in microseconds (``UCXPY_SPIN_US``, or ``set_spin_us``)."""
+    return SPIN_US
+
+
+def set_spin_us(us):
+    """Sets the spin limit for this process: the blocking driver's and ``Endpoint.recv``'s and
+    ``send``'s inline spin (0 turns both off)."""
+    global SPIN_US
+    SPIN_US = int(us)
+
+
 class ProgressTask:
     """A progress driver for one event loop; equal to another for the same loop."""
 

@@ -27,7 +27,7 @@ from ._libs.exceptions import (
     UCXCloseError,
     UCXError,
 )
-from .continuous_ucx_progress import SPIN_US, BlockingMode, NonBlockingMode, others_ready
+from .continuous_ucx_progress import BlockingMode, NonBlockingMode, others_ready, spin_us
 from .utils import get_event_loop, hash64bits
 
 logger = logging.getLogger("ucx")
@@ -557,10 +557,19 @@ class Endpoint:
         """Sends several frames as one message, in UCXX's multi-buffer framing (so a UCXX
         ``recv_multi`` receives them too): headers of up to 100 frames each, then the frames,
         all posted at once (no task per frame) and awaited together."""
+        _, sent = self._post_multi(buffers, tag, force_tag)
+        if sent is not None:
+            await sent
+
+    def _post_multi(self, buffers, tag=None, force_tag=False):
+        """``send_multi`` without the coroutine: posts everything before it returns. Returns
+        the frames' total size and a future of the sends (``None``: all finished at once), so
+        a caller that must not wait for the peer (Dask's comm) need not make a task."""
         arrays = [Array(b) for b in buffers]
         headers = _MultiHeader.pack_all([(a.cuda, a.nbytes) for a in arrays])
         tag = self._tag("msg_send", tag, force_tag)
-        await _gather_posted(self._post_send(b, tag, 0) for b in (*headers, *buffers))
+        sent = _post_all(self._post_send(b, tag, 0) for b in (*headers, *buffers))
+        return sum(a.nbytes for a in arrays), sent
 
     async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None):
         """Receives the frames of one ``send_multi`` (ours or UCXX's): host frames into
@@ -710,9 +719,10 @@ def _device_buffer(nbytes):
         return cupy.empty(nbytes, dtype="u1")
 
 
-async def _gather_posted(posts):
-    """Awaits the futures of operations posted one by one (``None``: finished at once). If
-    posting one fails, those already posted are left to finish, their outcome consumed."""
+def _post_all(posts):
+    """Posts operations one by one (each gives its future, or ``None`` if finished at once);
+    returns one future of them all, or ``None``. If posting one fails, those already posted
+    are left to finish, their outcome consumed."""
     pending = []
     try:
         for fut in posts:
@@ -722,14 +732,20 @@ async def _gather_posted(posts):
         for fut in pending:
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         raise
-    if pending:
-        await asyncio.gather(*pending)
+    return asyncio.gather(*pending) if pending else None
+
+
+async def _gather_posted(posts):
+    """Posts operations as ``_post_all`` does and waits for them."""
+    done = _post_all(posts)
+    if done is not None:
+        await done
 
 
 def _inline_spin_us():
     """How long a receive may progress the worker before it yields (``UCXPY_SPIN_US``): only
     when nothing else on this event loop is ready to run, which a spin would only delay."""
-    return 0 if others_ready(asyncio.get_running_loop()) else SPIN_US
+    return 0 if others_ready(asyncio.get_running_loop()) else spin_us()
 
 
 def _nbytes(obj):

@@ -15,6 +15,7 @@ options, names without the prefix). UCX is initialised lazily in each process, o
 """
 import asyncio
 import logging
+import os
 
 import dask
 from distributed.comm.addressing import parse_host_port, unparse_host_port
@@ -25,7 +26,7 @@ from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
 
 import ucp
-from ucp._libs.arr import Array
+from ucp.continuous_ucx_progress import set_spin_us
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,11 @@ def _init_ucx():
     """Initialises UCX in this process once, with the ``ucxa`` Dask config."""
     if ucp.core._ctx is not None:
         return
+    # A Dask read is posted long before its message comes, so spinning for a prompt reply
+    # (ucp's default for ping-pong) mostly burns CPU the worker's tasks need.
+    spin_us = dask.config.get(f"{SCHEME}.spin-us", default=0)
+    if "UCXPY_SPIN_US" not in os.environ:
+        set_spin_us(spin_us)
     options = {}
     for key, name in (("tls", "TLS"), ("net-devices", "NET_DEVICES")):
         value = dask.config.get(f"{SCHEME}.{key}", default=None)
@@ -100,15 +106,17 @@ class UCXAComm(Comm):
             on_error=on_error,
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
         )
-        nbytes = sum(Array(f).nbytes for f in frames)
         # The previous message must be under way first (order on the tag), and its failure is
         # this write's failure.
         await self._sent()
         # Posted now, finished later: a large (rendezvous) send completes only once the peer
         # receives, and a writer must not wait for a reader that is itself still writing.
-        self._sending = asyncio.ensure_future(ep.send_multi(frames))
-        await asyncio.sleep(0)  # let the sends be posted before anything else is written
-        if self._sending.done():
+        try:
+            nbytes, self._sending = ep._post_multi(frames)
+        except Exception as e:
+            self.abort()
+            raise CommClosedError(f"{self}: {e!r}") from e
+        if self._sending is not None and self._sending.done():
             await self._sent()
         return nbytes
 
