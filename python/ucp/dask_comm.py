@@ -11,7 +11,9 @@ Device frames are received into device memory (RMM, else CuPy).
 
 Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
 ``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
-options, names without the prefix). UCX is initialised lazily in each process, on first use.
+options, names without the prefix), and ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
+process; default 0, as Dask's reads wait long). UCX is initialised lazily in each process, on
+first use.
 """
 import asyncio
 import logging

@@ -376,9 +376,10 @@ impl Endpoint {
     /// so it finishes receiving what we sent), fails our pending receives with `Canceled`,
     /// then closes the UCX endpoint with a flush (forcibly if the peer already failed).
     pub async fn close(&self) -> Result<()> {
+        let up = self.inner.state.check("close").is_ok();
         #[cfg(feature = "tracing")]
-        tracing::debug!(tags = ?self.inner.tags, up = self.inner.state.check("close").is_ok(), "ucx-async: closing endpoint");
-        if self.inner.state.check("close").is_ok() {
+        tracing::debug!(tags = ?self.inner.tags, up, "ucx-async: closing endpoint");
+        if up {
             if let Some(ctrl) = self.inner.tags.and_then(|t| t.ctrl_send) {
                 let msg = CtrlMsg::shutdown(self.inner.state.sends.load(Ordering::Acquire)).encode();
                 // A peer that is already gone cannot be told; closing goes on regardless.

@@ -53,7 +53,7 @@ impl Endpoint {
     }
 
     fn name(&self, what: &'static str, tag: Option<u64>, nbytes: usize, given: Option<String>) -> Name {
-        given.map(Name::Given).unwrap_or(Name::Op { what, ep: self.shared.handle, tag, nbytes })
+        Name::or_op(given, what, self.shared.handle, tag, nbytes)
     }
 }
 
@@ -181,9 +181,7 @@ impl Endpoint {
     ) -> PyResult<Option<Py<PyAny>>> {
         if self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
             self.raise_on_error(py)?;
-            if lock(&self.shared.ep).is_none() {
-                return Err(errors::new(py, Kind::CloseError, "Endpoint closed"));
-            }
+            self.ep(py)?;
         }
         let shared = Some(&*self.shared);
         crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, None, shared, None, spin_us)

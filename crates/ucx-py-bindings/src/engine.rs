@@ -65,6 +65,12 @@ pub(crate) enum Name {
 }
 
 impl Name {
+    /// The caller's `given` name, else one made from the operation (`ep`: the `ucp_ep_h`, 0
+    /// for a worker-wide operation).
+    pub(crate) fn or_op(given: Option<String>, what: &'static str, ep: usize, tag: Option<u64>, nbytes: usize) -> Name {
+        given.map(Name::Given).unwrap_or(Name::Op { what, ep, tag, nbytes })
+    }
+
     fn render(&self) -> String {
         match self {
             Name::Given(s) => s.clone(),

@@ -262,12 +262,7 @@ pub(crate) fn tag_recv(
 ) -> PyResult<Option<Py<PyAny>>> {
     let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
     let nbytes = buf.len();
-    let name = name.map(Name::Given).unwrap_or(Name::Op {
-        what: "Recv",
-        ep: ep.map_or(0, |e| e.handle),
-        tag: Some(tag),
-        nbytes,
-    });
+    let name = Name::or_op(name, "Recv", ep.map_or(0, |e| e.handle), Some(tag), nbytes);
     let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
     let meta = meta(name, Some(nbytes), ep.map(|e| e.key));
     engine.track_spinning(py, submitted, on_done, meta, spin_us)
