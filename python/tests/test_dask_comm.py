@@ -120,6 +120,59 @@ def test_spin_is_off_by_default_and_configurable(fresh_ucp, monkeypatch):
     assert spin_us() == 7
 
 
+@pytest.fixture
+def fresh_host_pool(monkeypatch):
+    """The comm's receive pool as if this process had not made it yet."""
+    import ucp.dask_comm as dask_comm
+
+    monkeypatch.setattr(dask_comm, "_host_pool", None)
+    monkeypatch.setattr(dask_comm, "_allocate_host_frame", dask_comm.host_array)
+    return dask_comm
+
+
+def test_host_pool_size_is_configurable(fresh_ucp, fresh_host_pool):
+    import dask
+
+    dask_comm = fresh_host_pool
+    with dask.config.set({"ucxa.host-pool-size": "1 MiB"}):
+        dask_comm._init_ucx()
+    assert dask_comm._host_pool.max_bytes == 2**20
+    dask_comm._host_pool = None
+    with dask.config.set({"ucxa.host-pool-size": 0}):
+        dask_comm._init_ucx()
+    assert dask_comm._host_pool is None
+    assert dask_comm._allocate_host_frame is dask_comm.host_array
+    with dask.config.set({"ucxa.host-pool-size": "lots"}):
+        with pytest.raises(ValueError, match="ucxa.host-pool-size: expected a size in bytes >= 0, got 'lots'"):
+            dask_comm._init_ucx()
+
+
+def test_reads_land_in_memory_that_earlier_reads_freed(fresh_ucp, fresh_host_pool):
+    """Each large frame a comm reads comes from the pool, and a message the reader has let go
+    of gives its memory to the next one (which still arrives intact)."""
+    dask_comm = fresh_host_pool
+
+    async def main():
+        server_comm = asyncio.get_running_loop().create_future()
+
+        async def handle(comm):
+            server_comm.set_result(comm)
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            comm = await connect(listener.contact_address)
+            server = await server_comm
+            for i in range(4):
+                sent = np.full(2**21, i, dtype="u1")
+                got, _ = await asyncio.gather(comm.read(), server.write({"x": sent}))
+                np.testing.assert_array_equal(got["x"], sent)
+                del got
+            await comm.close()
+            await server.close()
+
+    run(main(), timeout=60)
+    assert dask_comm._host_pool.reused >= 3
+
+
 def test_client_server_twenty_clients(fresh_ucp):
     async def main():
         async def handle(comm):

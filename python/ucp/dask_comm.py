@@ -11,9 +11,14 @@ Device frames are received into device memory (RMM, else CuPy).
 
 Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
 ``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
-options, names without the prefix), and ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
-process; default 0, as Dask's reads wait long). UCX is initialised lazily in each process, on
-first use.
+options, names without the prefix), ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
+process; default 0, as Dask's reads wait long) and ``ucxa.host-pool-size`` (how much freed
+receive memory each process keeps for reuse, default 256 MiB; 0 turns the pool off). UCX is
+initialised lazily in each process, on first use.
+
+Host frames are received into buffers from a ``ucp.HostPool``: memory that an earlier, freed
+frame already wrote, so a receive does not pay the kernel's first-write page faults again
+(those cost more than the copy itself; docs/dask.md has the figures).
 """
 import asyncio
 import logging
@@ -26,6 +31,7 @@ from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
 from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
+from dask.utils import parse_bytes
 
 import ucp
 from ucp.continuous_ucx_progress import set_spin_us
@@ -34,9 +40,35 @@ logger = logging.getLogger(__name__)
 
 SCHEME = "ucxa"
 
+# This process's pool for received host frames (None: not made yet, or turned off).
+_host_pool = None
+# Allocates a received host frame: from _host_pool, else host_array (uninitialised memory;
+# a bytearray would be zero-filled first).
+_allocate_host_frame = host_array
+
+
+def _make_host_pool():
+    """Makes this process's receive pool once, sized by ``ucxa.host-pool-size`` (0: none)."""
+    global _host_pool, _allocate_host_frame
+    if _host_pool is not None:
+        return
+    value = dask.config.get(f"{SCHEME}.host-pool-size", default="256 MiB")
+    try:
+        size = parse_bytes(value)
+        if size < 0:
+            raise ValueError("negative")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{SCHEME}.host-pool-size: expected a size in bytes >= 0, got {value!r}") from e
+    if size:
+        pool = _host_pool = ucp.HostPool(size)
+        _allocate_host_frame = lambda n: memoryview(pool.allocate(n))  # noqa: E731
+    else:
+        _allocate_host_frame = host_array
+
 
 def _init_ucx():
     """Initialises UCX in this process once, with the ``ucxa`` Dask config."""
+    _make_host_pool()
     if ucp.core._ctx is not None:
         return
     # A Dask read is posted long before its message comes, so spinning for a prompt reply
@@ -138,8 +170,8 @@ class UCXAComm(Comm):
         if ep is None:
             raise CommClosedError(f"{self} is closed")
         try:
-            # host_array: uninitialised memory (a bytearray would be zero-filled first).
-            frames = await ep.recv_multi(allocator=host_array)  # device frames: RMM, else CuPy
+            # Device frames go to RMM, else CuPy.
+            frames = await ep.recv_multi(allocator=_allocate_host_frame)
             if not frames:
                 raise CommClosedError(f"{self}: the peer closed the connection")
         except CommClosedError:

@@ -12,6 +12,7 @@
 //! - [`rma`]: `MemoryHandle`, `RemoteKey`, and endpoint put/get.
 //! - [`request`]: `Request`, the handle a transfer with a callback returns while in flight.
 //! - [`buffer`]: Python buffers (buffer protocol, `__cuda_array_interface__`) without copies.
+//! - [`host_pool`]: `HostPool`, receive buffers from host memory that is already backed.
 //! - [`errors`]: UCX failures as UCX-Py's exception classes.
 //!
 //! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
@@ -24,6 +25,7 @@ mod context;
 mod endpoint;
 mod engine;
 mod errors;
+mod host_pool;
 mod listener;
 mod request;
 mod rma;
@@ -57,6 +59,8 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::Request>()?;
     m.add_class::<rma::MemoryHandle>()?;
     m.add_class::<rma::RemoteKey>()?;
+    m.add_class::<host_pool::HostPool>()?;
+    m.add_class::<host_pool::HostBuffer>()?;
     m.add("FULL_MASK", ucx_core::FULL_MASK)?;
     Ok(())
 }
