@@ -240,6 +240,39 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
     run(main(), timeout=60)
 
 
+def test_abort_and_close_do_not_raise_when_the_endpoint_close_fails(fresh_ucp):
+    """distributed calls abort() in finally blocks and destructors: an endpoint whose close
+    raises (UCX reports a failed flush) still leaves the comm closed, and nothing raised."""
+    import ucp
+
+    async def main():
+        server_comms = []
+
+        async def handle(comm):
+            server_comms.append(comm)
+
+        async with listen("ucxa://127.0.0.1:0", handle) as listener:
+            comms = [await connect(listener.contact_address) for _ in range(2)]
+            for comm in comms:
+                ep = comm._ep
+                real_abort = ep.abort
+
+                def failing_abort(real_abort=real_abort):
+                    real_abort()
+                    raise ucp.exceptions.UCXError("Error while closing endpoint: Input/output error")
+
+                ep.abort = failing_abort
+            comms[0].abort()
+            await comms[1].close()
+            assert all(comm.closed() for comm in comms)
+            while len(server_comms) < 2:
+                await asyncio.sleep(0.01)
+            for comm in server_comms:
+                comm.abort()
+
+    run(main(), timeout=60)
+
+
 def test_large_write_completes_before_the_peer_reads(fresh_ucp):
     """A 12 MB write returns while the peer has not posted a read yet (a rendezvous send
     cannot finish before that): both sides may write before they read."""

@@ -139,12 +139,17 @@ def test_close_to_a_gone_peer_logs_the_failed_send_by_name(fresh_ucp, caplog):
         lf.close()
         with caplog.at_level(logging.WARNING):
             # Then the endpoint's flushing close fails too, and says so, as UCX-Py's did.
-            with pytest.raises(ucp.exceptions.UCXError, match="Error while closing endpoint"):
+            with pytest.raises(ucp.exceptions.UCXError, match="Error while closing endpoint") as failed:
                 await ep.close()
         assert ep.closed()
+        return ep, failed.value
 
-    run(main(), timeout=60)
+    ep, failure = run(main(), timeout=60)
     assert "UCXError('<[Send shutdown] ep: 0x" in caplog.text, caplog.text
+    # The failed close let go of the context, although the endpoint and the exception (whose
+    # traceback holds the closing frames) are still referenced.
+    ucp.reset()
+    del ep, failure
 
 
 def _hand_out_address_then_reset(q, done):

@@ -461,11 +461,12 @@ class Endpoint:
     def abort(self):
         """Closes the endpoint at once without telling the peer: pending operations on it
         fail with ``UCXCanceled``; the close callback runs."""
-        if self._ep is not None:
+        ep, self._ep, self._ctx = self._ep, None, None
+        if ep is not None:
             logger.debug("Endpoint.abort(): %s", hex(self.uid))
-            self._ep.close()
-        self._ep = None
-        self._ctx = None
+            # Let go of the context even when the close fails (and raises): a caller that
+            # keeps the exception, and so this frame, must not keep the context in use.
+            ep.close()
 
     async def close(self):
         """Tells the peer to close after it has received everything sent so far, then closes."""

@@ -110,7 +110,10 @@ class UCXAComm(Comm):
     def abort(self):
         ep, self._ep = self._ep, None
         if ep is not None:
-            ep.abort()
+            try:
+                ep.abort()
+            except Exception as e:  # closed all the same; abort() runs in finally blocks
+                logger.debug("%s: the endpoint's close failed: %r", self, e)
         sending, self._sending = self._sending, None
         if sending is not None:
             # Canceled with the endpoint; nobody waits for it any more.
