@@ -273,6 +273,33 @@ def test_abort_and_close_do_not_raise_when_the_endpoint_close_fails(fresh_ucp):
     run(main(), timeout=60)
 
 
+def test_a_listener_can_listen_again_on_its_port_at_once(fresh_ucp):
+    """distributed's TCP listener sets SO_REUSEADDR, so a scheduler restarted on its port
+    binds while the old connections linger in TIME_WAIT. UCX does not by default
+    (UCX_CM_REUSEADDR=n); the comm turns it on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def main():
+        for _ in range(2):
+
+            async def handle(comm):
+                await comm.write("hello")
+                await comm.close()
+
+            async with listen(f"ucxa://127.0.0.1:{port}", handle) as listener:
+                for _ in range(3):
+                    comm = await connect(listener.contact_address)
+                    assert await comm.read() == "hello"
+                    await comm.close()
+                await asyncio.sleep(0.2)  # the server's closes done
+
+    run(main(), timeout=60)
+
+
 def test_large_write_completes_before_the_peer_reads(fresh_ucp):
     """A 12 MB write returns while the peer has not posted a read yet (a rendezvous send
     cannot finish before that): both sides may write before they read."""

@@ -13,8 +13,9 @@ Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls
 ``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
 options, names without the prefix), ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
 process; default 0, as Dask's reads wait long) and ``ucxa.host-pool-size`` (how much freed
-receive memory each process keeps for reuse, default 256 MiB; 0 turns the pool off). UCX is
-initialised lazily in each process, on first use.
+receive memory each process keeps for reuse, default 256 MiB; 0 turns the pool off). The comm
+sets ``UCX_CM_REUSEADDR=y`` unless the environment says otherwise, as distributed's TCP
+listener sets ``SO_REUSEADDR``. UCX is initialised lazily in each process, on first use.
 
 Host frames are received into buffers from a ``ucp.HostPool``: memory that an earlier, freed
 frame already wrote, so a receive does not pay the kernel's first-write page faults again
@@ -76,7 +77,9 @@ def _init_ucx():
     spin_us = dask.config.get(f"{SCHEME}.spin-us", default=0)
     if "UCXPY_SPIN_US" not in os.environ:
         set_spin_us(spin_us)
-    options = {}
+    # As distributed's TCP listener (SO_REUSEADDR): a scheduler restarted on its port must
+    # bind while the old connections linger in TIME_WAIT, which UCX's default refuses.
+    options = {"CM_REUSEADDR": "y"}
     for key, name in (("tls", "TLS"), ("net-devices", "NET_DEVICES")):
         value = dask.config.get(f"{SCHEME}.{key}", default=None)
         if value is not None:
