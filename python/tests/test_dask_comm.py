@@ -2,6 +2,7 @@
 concurrent clients, closing from either side, connect timeout, addresses) and a LocalCluster
 whose workers exchange data over it."""
 import asyncio
+import contextlib
 import sys
 import time
 
@@ -120,6 +121,20 @@ def test_spin_is_off_by_default_and_configurable(fresh_ucp, monkeypatch):
     assert spin_us() == 7
 
 
+@contextlib.asynccontextmanager
+async def comm_pair():
+    """A client comm and the server comm it connected to, over a listener on 127.0.0.1 (the
+    listener stops on exit; the comms stay open)."""
+    server_comm = asyncio.get_running_loop().create_future()
+
+    async def handle(comm):
+        server_comm.set_result(comm)
+
+    async with listen("ucxa://127.0.0.1:0", handle) as listener:
+        comm = await connect(listener.contact_address)
+        yield comm, await server_comm
+
+
 @pytest.fixture
 def fresh_host_pool(monkeypatch):
     """The comm's receive pool as if this process had not made it yet."""
@@ -153,14 +168,7 @@ def test_reads_land_in_memory_that_earlier_reads_freed(fresh_ucp, fresh_host_poo
     dask_comm = fresh_host_pool
 
     async def main():
-        server_comm = asyncio.get_running_loop().create_future()
-
-        async def handle(comm):
-            server_comm.set_result(comm)
-
-        async with listen("ucxa://127.0.0.1:0", handle) as listener:
-            comm = await connect(listener.contact_address)
-            server = await server_comm
+        async with comm_pair() as (comm, server):
             for i in range(4):
                 sent = np.full(2**21, i, dtype="u1")
                 got, _ = await asyncio.gather(comm.read(), server.write({"x": sent}))
@@ -305,14 +313,7 @@ def test_large_write_completes_before_the_peer_reads(fresh_ucp):
     cannot finish before that): both sides may write before they read."""
 
     async def main():
-        server_comm = asyncio.get_running_loop().create_future()
-
-        async def handle(comm):
-            server_comm.set_result(comm)
-
-        async with listen("ucxa://127.0.0.1:0", handle) as listener:
-            comm = await connect(listener.contact_address)
-            server = await server_comm
+        async with comm_pair() as (comm, server):
             big = np.arange(12_000_000 // 8, dtype="i8")
             await asyncio.wait_for(comm.write({"x": big}), 10)
             await asyncio.wait_for(server.write({"y": big}), 10)
