@@ -18,13 +18,18 @@ use pyo3::exceptions::{PyBufferError, PyMemoryError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-/// Blocks are whole pages, page-aligned (as UCX and NumPy like their buffers).
+/// Pooled blocks are whole pages, page-aligned (as UCX and NumPy like large buffers).
 const PAGE: usize = 4096;
+/// Buffers under the pool's `min_size` are aligned as `malloc` aligns (so that they cost
+/// what `malloc` costs, not a page each).
+const SMALL_ALIGN: usize = 16;
 
-/// One allocation: `capacity` bytes at `ptr` (a dangling pointer when `capacity` is 0).
+/// One allocation: `capacity` bytes at `ptr` aligned to `align` (a dangling pointer when
+/// `capacity` is 0).
 struct Block {
     ptr: NonNull<u8>,
     capacity: usize,
+    align: usize,
 }
 
 // SAFETY: a block is memory owned by whoever holds the `Block`; nothing ties it to a thread.
@@ -34,20 +39,20 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
-    fn new(capacity: usize) -> PyResult<Block> {
+    fn new(capacity: usize, align: usize) -> PyResult<Block> {
         if capacity == 0 {
-            return Ok(Block { ptr: NonNull::dangling(), capacity });
+            return Ok(Block { ptr: NonNull::dangling(), capacity, align });
         }
-        let layout = Block::layout(capacity)?;
+        let layout = Block::layout(capacity, align)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc(layout) };
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| PyMemoryError::new_err(format!("HostPool: cannot allocate {capacity} bytes")))?;
-        Ok(Block { ptr, capacity })
+        Ok(Block { ptr, capacity, align })
     }
 
-    fn layout(capacity: usize) -> PyResult<Layout> {
-        Layout::from_size_align(capacity, PAGE)
+    fn layout(capacity: usize, align: usize) -> PyResult<Layout> {
+        Layout::from_size_align(capacity, align)
             .map_err(|_| PyMemoryError::new_err(format!("HostPool: {capacity} bytes is too large")))
     }
 }
@@ -57,7 +62,7 @@ impl Drop for Block {
         if self.capacity == 0 {
             return;
         }
-        if let Ok(layout) = Block::layout(self.capacity) {
+        if let Ok(layout) = Block::layout(self.capacity, self.align) {
             // SAFETY: allocated in `Block::new` with this same layout, and freed only here.
             unsafe { dealloc(self.ptr.as_ptr(), layout) };
         }
@@ -124,7 +129,7 @@ impl HostPool {
     fn allocate(&self, nbytes: i64) -> PyResult<HostBuffer> {
         let len = non_negative("nbytes", nbytes)?;
         if len < self.min_size {
-            return Ok(HostBuffer { block: Some(Block::new(len)?), len, pool: None });
+            return Ok(HostBuffer { block: Some(Block::new(len, SMALL_ALIGN)?), len, pool: None });
         }
         let capacity = len
             .checked_next_multiple_of(PAGE)
@@ -132,7 +137,7 @@ impl HostPool {
         let reused = lock(&self.cache).take(capacity);
         let block = match reused {
             Some(block) => block,
-            None => Block::new(capacity)?,
+            None => Block::new(capacity, PAGE)?,
         };
         Ok(HostBuffer { block: Some(block), len, pool: Some(self.cache.clone()) })
     }
