@@ -26,13 +26,13 @@ import logging
 import os
 
 import dask
+from dask.utils import parse_bytes
 from distributed.comm.addressing import parse_host_port, unparse_host_port
 from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector
 from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
 from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
-from dask.utils import parse_bytes
 
 import ucp
 from ucp.continuous_ucx_progress import set_spin_us
