@@ -2,8 +2,8 @@
 //!
 //! The kernel backs a fresh large allocation page by page on its first write. On the reference
 //! VM that costs ~1.7 µs a 4 KiB page when warm (22 ms for 50 MB, three times the copy a
-//! shared-memory receive makes) and up to ten times more for memory the hypervisor has taken
-//! back. Memory a finished receive has written is already backed. `HostPool.allocate(n)` hands
+//! shared-memory receive makes), and at times seven times more (probably pages the host had
+//! reclaimed). Memory a finished receive has written is already backed. `HostPool.allocate(n)` hands
 //! out a `HostBuffer`: `n` writable bytes through the buffer protocol, uninitialised like
 //! `numpy.empty`. Its block goes back to the pool when Python frees the buffer, which happens
 //! only after every memoryview and array made from it is gone (each holds the buffer's export).
