@@ -138,17 +138,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        crate::worker::tag_recv(
-            &self.engine,
-            py,
-            buffer,
-            tag,
-            ucx_core::FULL_MASK,
-            on_done,
-            Some(&self.shared),
-            name,
-            0,
-        )
+        self.recv_spinning(py, buffer, tag, on_done, name, 0)
     }
 
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
@@ -183,8 +173,7 @@ impl Endpoint {
             self.raise_on_error(py)?;
             self.ep(py)?;
         }
-        let shared = Some(&*self.shared);
-        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, None, shared, None, spin_us)
+        self.recv_spinning(py, buffer, tag, None, None, spin_us)
     }
 
     /// Sends `buffer` on the stream API.
@@ -332,6 +321,21 @@ impl Endpoint {
         let name = self.name("Send", Some(tag), buf.len(), name);
         let meta = meta(name, None, Some(self.shared.key));
         self.engine.track_spinning(py, ep.tag_send_owned(buf, tag), on_done, meta, spin_us)
+    }
+
+    /// A worker-wide receive of exactly `tag`, registered on this endpoint, spinning up to
+    /// `spin_us` if UCX did not finish it at once.
+    fn recv_spinning(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        on_done: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let shared = Some(&*self.shared);
+        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, on_done, shared, name, spin_us)
     }
 
     fn failure(&self) -> Option<Status> {
