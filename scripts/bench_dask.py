@@ -184,7 +184,8 @@ def main():
                 print(f"{protocol}: round {round_ + 1} failed (exit {out.returncode})")
                 failed.add(protocol)
                 continue
-            for name, r in json.loads(lines[-1]).items():
+            cluster = json.loads(lines[-1])
+            for name, r in cluster.items():
                 c = collected[protocol][name]
                 c["times"] += r["times"]
                 c["moved"] += r["moved"]
@@ -192,7 +193,8 @@ def main():
                 c["transfers"] += r["transfers"]
             print(f"# round {round_ + 1} {protocol}: " + ", ".join(
                 f"{name} {' '.join(f'{t:.2f}' for t in r['times'])} s "
-                f"({' '.join(f'{m / 2**20:.0f}' for m in r['moved'])} MiB moved)" for name, r in json.loads(lines[-1]).items()
+                f"({' '.join(f'{m / 2**20:.0f}' for m in r['moved'])} MiB moved)"
+                for name, r in cluster.items()
             ), flush=True)
     for protocol in protocols:
         for name in args.benchmarks:
