@@ -144,6 +144,8 @@ async fn server(o: Opts) -> Result<()> {
         println!("PORT {}", listener.local_addr().port());
         accept_or_exit(&listener).await?
     };
+    // Tells a supervisor (tests/peer_kill.rs) that the transfer is about to start.
+    println!("CONNECTED");
     let mut buf = vec![0u8; o.size];
     let api = Api::of(&o.test).expect("checked by parse");
     if o.test.ends_with("_lat") {
@@ -170,6 +172,7 @@ async fn client(o: Opts, port: u16) -> Result<()> {
     } else {
         Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options).await?
     };
+    println!("CONNECTED");
     let out = vec![1u8; o.size];
     let mut back = vec![0u8; o.size];
     let api = Api::of(&o.test).expect("checked by parse");

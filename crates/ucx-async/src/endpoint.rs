@@ -248,7 +248,7 @@ impl Endpoint {
         let bytes = buf.byte_len();
         let s = self.inner.worker.core().tag_recv(buf, tag, mask)?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).sized(bytes);
-        let c = Watched { fut, state, slot: None, canceled: false }.await?;
+        let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
         state.recv_finished();
         Ok(c.length)
     }
@@ -275,12 +275,8 @@ impl Endpoint {
         self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
         let bytes = buf.byte_len();
         let op = self.inner.worker.core().tag_recv_owned(buf, tag, FULL_MASK)?;
-        let mut watched = Watched {
-            fut: CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes),
-            state,
-            slot: None,
-            canceled: false,
-        };
+        let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
+        let mut watched = Watched::new(fut, state, Some(&self.inner.core));
         let c = (&mut watched).await?;
         state.recv_finished();
         let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer);

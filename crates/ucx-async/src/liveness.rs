@@ -99,8 +99,18 @@ pub(crate) fn status_of(raw: i8) -> Status {
 pub(crate) struct Watched<'s, F> {
     pub(crate) fut: F,
     pub(crate) state: &'s EpState,
+    /// The endpoint whose peer sends what this receives: force-closed if the peer failed and
+    /// the canceled receive still does not finish (see `poll`).
+    pub(crate) ep: Option<&'s ucx_core::Endpoint>,
     pub(crate) slot: Option<u64>,
     pub(crate) canceled: bool,
+    forced_close: bool,
+}
+
+impl<'s, F> Watched<'s, F> {
+    pub(crate) fn new(fut: F, state: &'s EpState, ep: Option<&'s ucx_core::Endpoint>) -> Self {
+        Watched { fut, state, ep, slot: None, canceled: false, forced_close: false }
+    }
 }
 
 impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
@@ -126,6 +136,27 @@ impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future f
             // marks the state before it wakes the registered: if it ran before this
             // registration, the check below sees it, and the loop cancels and polls again.
             if this.canceled {
+                // UCX ignores the cancel of a receive it has already matched to a rendezvous
+                // message, and when that message's sender has failed the receive never ends
+                // on its own (seen with shared memory: the survivor hung). Force-closing the
+                // failed endpoint makes UCX purge what is in flight on it; then poll again.
+                // If even that leaves it running (a multi-fragment eager message, matched
+                // before its sender died: UCX keeps the receive for fragments that will never
+                // come), the receive is abandoned and fails with the peer's error.
+                let failed = !matches!(this.state.down.load(Ordering::Acquire), UP | CLOSED);
+                if failed {
+                    if let Some(ep) = this.ep.take() {
+                        ep.force_close_now();
+                        this.forced_close = true;
+                        continue;
+                    }
+                    if this.forced_close {
+                        this.fut.abandon_after_peer_failure();
+                        if let Err(e) = this.state.check("Endpoint::recv") {
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
                 return Poll::Pending;
             }
             this.state.register(&mut this.slot, cx.waker());
@@ -147,7 +178,7 @@ pub(crate) async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
     let mut buf = [0u8; CtrlMsg::LEN];
     let Ok(s) = worker.core().tag_recv(&mut buf, tag, FULL_MASK) else { return };
     let fut = Completes::new(s, &worker.inner.signals);
-    if (Watched { fut, state: &state, slot: None, canceled: false }).await.is_err() {
+    if Watched::new(fut, &state, None).await.is_err() {
         return;
     }
     match CtrlMsg::decode(&buf) {

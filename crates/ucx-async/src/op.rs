@@ -34,12 +34,26 @@ impl<'a, 's> Completes<'a, 's> {
 /// if it won the race).
 pub(crate) trait Cancel {
     fn cancel(&self);
+
+    /// Lets go of an operation UCX will not finish: a receive matched to a message whose
+    /// sender failed (see `liveness::Watched`). It must not be polled again.
+    fn abandon_after_peer_failure(&mut self);
 }
 
 impl Cancel for Completes<'_, '_> {
     fn cancel(&self) {
         if let Some(Submitted::InFlight(r)) = &self.submitted {
             r.cancel();
+        }
+    }
+
+    fn abandon_after_peer_failure(&mut self) {
+        if let Some(Submitted::InFlight(r)) = self.submitted.take() {
+            // SAFETY: called only for a receive on a failed endpoint's tag that survived a
+            // cancel and the endpoint's forced close: UCX matched it to a message from that
+            // endpoint's peer, whose remaining fragments can never arrive, so UCX writes into
+            // the buffer no more.
+            unsafe { r.abandon() };
         }
     }
 }
@@ -65,6 +79,11 @@ impl<B: Send + 'static> Cancel for CompletesOwned<'_, B> {
         if let Some(op) = &self.op {
             op.cancel();
         }
+    }
+
+    fn abandon_after_peer_failure(&mut self) {
+        // The buffer stays with UCX (and is freed if UCX ever completes the operation).
+        drop(self.op.take());
     }
 }
 

@@ -160,6 +160,11 @@ pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: P
         };
         if armed == Armed::Busy {
             signals.sleeping.store(false, Ordering::SeqCst);
+            // Yield before progressing again: UCX can answer busy round after round (a dead
+            // peer's socket stays readable until its endpoint is failed and closed), and on a
+            // current-thread runtime the futures that would see the failure, and close the
+            // endpoint, run only when this task yields.
+            tokio::task::yield_now().await;
             continue;
         }
         tokio::select! {

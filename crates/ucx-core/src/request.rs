@@ -228,9 +228,14 @@ impl<'a> Request<'a> {
         self.slot().result()
     }
 
+}
+
+impl Request<'static> {
     /// Lets go of the request without waiting. `keepalive` (typically the buffer the
     /// operation uses, with anything else it needs) is dropped only once UCX has finished with
     /// it. With `cancel`, the operation is canceled first (right for receives nobody awaits).
+    /// Only a request whose buffer is not borrowed (`'static`: owned by the keepalive) may be
+    /// detached; [`Request::abandon`] is the unsafe form for a borrowed one.
     pub fn detach(self, keepalive: Box<dyn Any + Send>, cancel: bool) {
         if cancel {
             self.cancel();
@@ -251,6 +256,22 @@ impl<'a> Request<'a> {
             // SAFETY: state is DONE, so the callback has run and we own the request.
             unsafe { release(ptr) };
         }
+    }
+}
+
+impl<'a> Request<'a> {
+    /// Lets go of an operation on a borrowed buffer that UCX will never finish, without
+    /// waiting: the request is freed if UCX ever completes it, and the borrow ends now.
+    ///
+    /// # Safety
+    /// UCX must never access the operation's buffer again. ucx-async uses this only for a
+    /// receive that UCX matched to a message whose sender's endpoint has failed and been
+    /// force-closed: the rest of that message could only come from that sender.
+    pub unsafe fn abandon(self) {
+        // SAFETY: only the borrow's lifetime changes (it is a PhantomData); the caller
+        // guarantees UCX no longer uses the buffer, so nothing relies on the borrow.
+        let this = unsafe { std::mem::transmute::<Request<'a>, Request<'static>>(self) };
+        this.detach(Box::new(()), false);
     }
 }
 
