@@ -309,9 +309,10 @@ mod oob {
         s.read_exact(&mut len).unwrap_or_else(|e| fail("reading the worker address", e));
         let mut theirs = vec![0u8; u32::from_le_bytes(len) as usize];
         s.read_exact(&mut theirs).unwrap_or_else(|e| fail("reading the worker address", e));
-        // SAFETY: the bytes are a whole address from the peer's `Worker::address`, received
-        // over loopback from the process this benchmark started.
-        unsafe { WorkerAddress::from_bytes(theirs) }
+        WorkerAddress::from_bytes(&theirs).unwrap_or_else(|e| {
+            eprintln!("bench: the peer's worker address: {e}");
+            std::process::exit(1)
+        })
     }
 
     pub async fn server(worker: &Worker, options: ConnectOptions) -> Result<Endpoint> {

@@ -109,11 +109,14 @@ impl Endpoint {
         })
     }
 
-    /// Connects to the worker whose address is `address` (no listener involved).
+    /// Connects to the worker whose address is `address` (no listener involved). An address
+    /// whose transport entries are shorter than this UCX's own for the same transports is
+    /// refused (`InvalidAddr`): UCX's transports would read past them.
     pub fn connect_to_worker(worker: &Worker, address: &WorkerAddress, params: EndpointParams) -> Result<Endpoint> {
+        crate::wire::worker_address::check_against(address.as_bytes(), worker.address()?.as_bytes())?;
         Self::create(worker, params, "ucp_ep_create (worker address)", None, |p| {
             p.field_mask |= sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS as u64;
-            p.address = address.as_bytes().as_ptr().cast();
+            p.address = address.as_ucx_ptr().cast();
         })
     }
 

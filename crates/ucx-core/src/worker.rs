@@ -231,10 +231,10 @@ impl Worker {
             sys::ucp_worker_get_address(self.inner.handle, &mut addr, &mut len)
         })?;
         // SAFETY: UCX returned `len` readable bytes at `addr`.
-        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+        let address = WorkerAddress::from_ucx(unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) });
         // SAFETY: the address came from ucp_worker_get_address on this worker; released once.
         unsafe { sys::ucp_worker_release_address(self.inner.handle, addr) };
-        Ok(WorkerAddress::from_ucx(bytes))
+        Ok(address)
     }
 
     /// Orders operations: those issued before the fence complete remotely before those after

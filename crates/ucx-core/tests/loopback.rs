@@ -206,8 +206,7 @@ fn worker_address_endpoints_round_trip_through_bytes() {
     let addr = b.address().unwrap();
     let bytes = addr.as_bytes().to_vec();
     assert!(bytes.len() > 16);
-    // SAFETY: the bytes are b's address, copied unmodified.
-    let addr = unsafe { WorkerAddress::from_bytes(bytes) };
+    let addr = WorkerAddress::from_bytes(&bytes).unwrap();
     let ep = Endpoint::connect_to_worker(&a, &addr, EndpointParams::default()).unwrap();
     let mut buf = [0u8; 5];
     let r = b.tag_recv(&mut buf, 0xdead_beef, FULL_MASK).unwrap();

@@ -202,8 +202,7 @@ fn every_operation_between_two_processes() {
     send(&w, &ep, &[1], 12);
     assert_eq!(recv_exact(&w, 13, 1), [1], "the server saw our put");
 
-    // SAFETY: the server sent its own worker address, unmodified, over a tag message.
-    let address = unsafe { WorkerAddress::from_bytes(recv_any(&w, 20)) };
+    let address = WorkerAddress::from_bytes(&recv_any(&w, 20)).unwrap();
     let by_addr = Endpoint::connect_to_worker(&w, &address, EndpointParams::default()).unwrap();
     send(&w, &by_addr, b"via worker address", 21);
     assert_eq!(recv_any(&w, 22), b"via worker address");

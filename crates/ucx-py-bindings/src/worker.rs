@@ -202,12 +202,8 @@ impl Worker {
     /// Connects to the worker whose address is `address` (bytes from `Worker.address()`).
     #[pyo3(signature = (address, error_handling = true))]
     fn connect_to_worker(&self, py: Python<'_>, address: &[u8], error_handling: bool) -> PyResult<Endpoint> {
-        if address.len() < 8 {
-            return Err(PyValueError::new_err(format!("a UCX worker address is longer than {} bytes", address.len())));
-        }
-        // SAFETY: UCX parses worker addresses without a length; we can only check it is not
-        // trivially short. The bytes came from a worker address (UCX-Py's UCXAddress contract).
-        let address = unsafe { WorkerAddress::from_bytes(address.to_vec()) };
+        let address = WorkerAddress::from_bytes(address)
+            .map_err(|e| PyValueError::new_err(format!("not a UCX worker address: {e}")))?;
         Endpoint::create(py, &self.engine, error_handling, |params| {
             ucx_core::Endpoint::connect_to_worker(&self.engine.worker, &address, params).map_err(|e| {
                 // Over shared memory a worker that is gone shows as its segment failing to

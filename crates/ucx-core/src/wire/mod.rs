@@ -16,6 +16,7 @@
 //! | UCX-Py control message (tag) | 16 | `opcode: u64` (1 = shutdown), `close_after_n_recv: u64` | [`ctrl`] |
 //! | UCX-Py active-message header | 4 | `mem_type: i32` (`ucs_memory_type_t`) | [`am_header`] |
 //! | UCX-Py `send_obj` length prefix | 8 | `nbytes: u64` | [`obj_len`] |
+//! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -31,6 +32,7 @@ pub mod am_header;
 pub mod ctrl;
 pub mod handshake;
 pub mod obj_len;
+pub mod worker_address;
 
 pub use ctrl::CtrlMsg;
 pub use handshake::{detect, Flavour, PeerInfo, UcxxPeerInfo, DETECT_LEN};
