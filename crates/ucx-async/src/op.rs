@@ -53,7 +53,7 @@ impl Cancel for Completes<'_, '_> {
             // cancel and the endpoint's forced close: UCX matched it to a message from that
             // endpoint's peer, whose remaining fragments can never arrive, so UCX writes into
             // the buffer no more.
-            unsafe { r.abandon() };
+            unsafe { r.detach_unchecked(Box::new(()), false) };
         }
     }
 }

@@ -235,7 +235,7 @@ impl Request<'static> {
     /// operation uses, with anything else it needs) is dropped only once UCX has finished with
     /// it. With `cancel`, the operation is canceled first (right for receives nobody awaits).
     /// Only a request whose buffer is not borrowed (`'static`: owned by the keepalive) may be
-    /// detached; [`Request::abandon`] is the unsafe form for a borrowed one.
+    /// detached; [`Request::detach_unchecked`] is the unsafe form for a borrowed one.
     pub fn detach(self, keepalive: Box<dyn Any + Send>, cancel: bool) {
         if cancel {
             self.cancel();
@@ -260,18 +260,20 @@ impl Request<'static> {
 }
 
 impl<'a> Request<'a> {
-    /// Lets go of an operation on a borrowed buffer that UCX will never finish, without
-    /// waiting: the request is freed if UCX ever completes it, and the borrow ends now.
+    /// [`Request::detach`] for a request whose borrow ends now: the request is freed (and
+    /// `keepalive` dropped) whenever UCX completes it.
     ///
     /// # Safety
-    /// UCX must never access the operation's buffer again. ucx-async uses this only for a
-    /// receive that UCX matched to a message whose sender's endpoint has failed and been
-    /// force-closed: the rest of that message could only come from that sender.
-    pub unsafe fn abandon(self) {
+    /// Whatever the request borrows must stay valid for as long as UCX may use it: `keepalive`
+    /// must own it, or UCX must never access it again. Two uses: a close request, whose
+    /// endpoint (with the error state UCX calls into) the keepalive holds; and a receive UCX
+    /// matched to a message whose sender failed and whose endpoint was force-closed, which
+    /// UCX can no longer write (the rest of that message could only come from that sender).
+    pub unsafe fn detach_unchecked(self, keepalive: Box<dyn Any + Send>, cancel: bool) {
         // SAFETY: only the borrow's lifetime changes (it is a PhantomData); the caller
-        // guarantees UCX no longer uses the buffer, so nothing relies on the borrow.
+        // guarantees nothing UCX may still touch depends on the borrow.
         let this = unsafe { std::mem::transmute::<Request<'a>, Request<'static>>(self) };
-        this.detach(Box::new(()), false);
+        this.detach(keepalive, cancel);
     }
 }
 

@@ -66,20 +66,19 @@ fn allocate(engine: &Engine, py: Python<'_>, cuda: bool, len: usize) -> PyResult
 }
 
 /// Gives a received object (or its failure) to the oldest waiting receive of endpoint
-/// `handle`, or queues it.
+/// `handle` that is still awaited, or queues it: a receive whose future was cancelled (a task
+/// cancel, a `wait_for` timeout) must not take the message with it.
 pub(crate) fn route(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome) {
-    let waiter = {
-        let mut am = lock(&engine.am);
-        match am.waiting.get_mut(&handle).and_then(|w| w.pop_front()) {
-            Some(t) => Some(t),
+    loop {
+        let waiter = lock(&engine.am).waiting.get_mut(&handle).and_then(|w| w.pop_front());
+        match waiter {
+            Some(t) if t.is_abandoned(py) => continue,
+            Some(t) => return t.resolve(py, outcome),
             None => {
-                am.queued.entry(handle).or_default().push_back(outcome);
+                lock(&engine.am).queued.entry(handle).or_default().push_back(outcome);
                 return;
             }
         }
-    };
-    if let Some(t) = waiter {
-        t.resolve(py, outcome);
     }
 }
 

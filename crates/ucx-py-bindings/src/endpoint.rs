@@ -41,15 +41,22 @@ impl Endpoint {
             ep: Mutex::new(Some(ep)),
             error_handling,
             failure: Mutex::new(None),
+            closed_because: Mutex::new(None),
             close_callback: Mutex::new(None),
         });
         lock(&engine.endpoints).insert(key, shared.clone());
         Ok(Endpoint { engine: engine.clone(), shared })
     }
 
-    /// The UCX endpoint, or `UCXCloseError` once closed.
+    /// The UCX endpoint, or `UCXCloseError` once closed (saying why, if we closed it).
     pub(crate) fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
-        lock(&self.shared.ep).clone().ok_or_else(|| errors::new(py, Kind::CloseError, "Endpoint closed"))
+        lock(&self.shared.ep).clone().ok_or_else(|| {
+            let msg = match *lock(&self.shared.closed_because) {
+                Some(why) => format!("Endpoint closed: {why}"),
+                None => "Endpoint closed".to_string(),
+            };
+            errors::new(py, Kind::CloseError, msg)
+        })
     }
 
     fn name(&self, what: &'static str, tag: Option<u64>, nbytes: usize, given: Option<String>) -> Name {
@@ -285,24 +292,28 @@ impl Endpoint {
     /// operations and waiting active-message receives, closes it (flushing if the peer is
     /// healthy, by force otherwise), and runs the close callback. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(ep) = lock(&self.shared.ep).take() else { return Ok(()) };
-        self.engine.cancel_ops_of(self.shared.key);
-        crate::am::fail_waiting(
-            &self.engine,
-            py,
-            self.shared.handle,
-            "While waiting for am_recv the endpoint was closed",
-        );
-        let force = self.shared.error_handling && (ep.status().is_err() || self.failure().is_some());
-        let mode = if force { CloseMode::Force } else { CloseMode::Flush };
-        let closed = py.allow_threads(|| close_within(&ep, mode));
-        // Deliver the cancellations now, so awaiting tasks see them on their next step.
-        self.engine.progress(py);
-        lock(&self.engine.endpoints).remove(&self.shared.key);
-        crate::am::forget(&self.engine, self.shared.handle);
-        self.shared.run_close_callback(py);
-        closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
+        close_shared(&self.engine, py, &self.shared, None)
     }
+}
+
+/// Closes an endpoint (see `Endpoint.close`); `why`, when we close it on our own, is what later
+/// operations on it report.
+pub(crate) fn close_shared(engine: &Engine, py: Python<'_>, shared: &EpShared, why: Option<&'static str>) -> PyResult<()> {
+    let Some(ep) = lock(&shared.ep).take() else { return Ok(()) };
+    if why.is_some() {
+        *lock(&shared.closed_because) = why;
+    }
+    engine.cancel_ops_of(shared.key);
+    crate::am::fail_waiting(engine, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+    let force = shared.error_handling && (ep.status().is_err() || lock(&shared.failure).is_some() || why.is_some());
+    let mode = if force { CloseMode::Force } else { CloseMode::Flush };
+    let closed = py.allow_threads(|| close_within(&ep, mode));
+    // Deliver the cancellations now, so awaiting tasks see them on their next step.
+    engine.progress(py);
+    lock(&engine.endpoints).remove(&shared.key);
+    crate::am::forget(engine, shared.handle);
+    shared.run_close_callback(py);
+    closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
 }
 
 impl Endpoint {
@@ -373,7 +384,9 @@ fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()
             }
             if !req.is_complete() {
                 // UCX cannot force a close already under way; let it finish in the background.
-                req.detach(Box::new(()), true);
+                // SAFETY: the close request borrows the endpoint (UCX may call its error
+                // handler until the close ends); the keepalive owns a handle to it.
+                unsafe { req.detach_unchecked(Box::new(ep.clone()), true) };
                 return Ok(());
             }
             match req.wait() {

@@ -14,6 +14,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyTuple};
 use ucx_core::{AmMessage, Completion, ConnRequest, Owned, Status};
 
 use crate::buffer;
@@ -97,6 +98,11 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
+    /// Whether nobody waits for the outcome any more (see `Target::is_abandoned`).
+    fn is_abandoned(&self, py: Python<'_>) -> bool {
+        matches!(self, Sink::Target(t) if t.is_abandoned(py))
+    }
+
     fn deliver(self, engine: &Engine, py: Python<'_>, outcome: Outcome) {
         match self {
             Sink::Target(t) => t.resolve(py, outcome),
@@ -139,6 +145,9 @@ pub(crate) struct EpShared {
     pub(crate) error_handling: bool,
     /// The failure UCX reported for the peer, kept after the endpoint is closed.
     pub(crate) failure: Mutex<Option<Status>>,
+    /// Why we closed the endpoint ourselves, when it was not the caller's `close()`; later
+    /// operations raise `UCXCloseError` with it.
+    pub(crate) closed_because: Mutex<Option<&'static str>>,
     pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
 }
 
@@ -225,9 +234,64 @@ impl Engine {
         let (target, ret) = Target::new(py, on_done)?;
         self.keep(py, id, owned, Sink::Target(target), meta);
         match ret {
-            Some(fut) => Ok(Some(fut)),
+            Some(fut) => {
+                self.cancel_with(py, id, fut.bind(py))?;
+                Ok(Some(fut))
+            }
             // A callback target: hand back a request to poll or cancel.
             None => Ok(Some(Py::new(py, Request { id, engine: Arc::downgrade(self) })?.into_any())),
+        }
+    }
+
+    /// Makes cancelling `fut` (a task cancel, a `wait_for` timeout) cancel operation `id` in
+    /// UCX. The callback is added before any task awaits the future, so it runs before the
+    /// cancelled task resumes: when the caller sees the cancellation, UCX has let go.
+    fn cancel_with(self: &Arc<Self>, py: Python<'_>, id: u64, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let engine = Arc::downgrade(self);
+        let on_done = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
+            let fut = args.get_item(0)?;
+            if fut.call_method0(pyo3::intern!(args.py(), "cancelled"))?.is_truthy()? {
+                if let Some(engine) = engine.upgrade() {
+                    engine.canceled_by_caller(args.py(), id);
+                }
+            }
+            Ok(())
+        })?;
+        fut.call_method1(pyo3::intern!(py, "add_done_callback"), (on_done,))?;
+        Ok(())
+    }
+
+    /// The caller cancelled operation `id`'s future. UCX withdraws an unmatched receive at
+    /// once. A receive it cannot withdraw (already matched: a rendezvous or multi-fragment
+    /// message under way, a stream receive) or that finished before the cancel was seen has
+    /// taken a message the caller will never see: its endpoint is closed so that the next
+    /// receive fails clearly instead of silently getting the message after. A send UCX cannot
+    /// withdraw goes on to completion (the peer receives it).
+    fn canceled_by_caller(&self, py: Python<'_>, id: u64) {
+        let receiving_on = {
+            let ops = lock(&self.ops);
+            // Already finished: `finish` dealt with a message it received.
+            let Some(op) = ops.get(&id) else { return };
+            op.pending.cancel();
+            op.meta.ep.filter(|_| op.meta.expect_len.is_some())
+        };
+        // A withdrawn receive has completed (canceled) by now, and one that finished meanwhile
+        // is `finish`'s to judge; one still running was matched and goes on without a reader.
+        self.finish(py, id);
+        if let Some(key) = receiving_on.filter(|_| self.is_inflight(id)) {
+            self.close_for_lost_message(py, key);
+        }
+    }
+
+    /// Closes endpoint `key` because a message it received went to a receive nobody awaits.
+    fn close_for_lost_message(&self, py: Python<'_>, key: u64) {
+        let shared = lock(&self.endpoints).get(&key).cloned();
+        if let Some(shared) = shared {
+            let why = "a receive on it was cancelled after UCX had matched a message to it, so the endpoint was \
+                       closed rather than lose that message silently";
+            if let Err(e) = crate::endpoint::close_shared(self, py, &shared, Some(why)) {
+                e.write_unraisable(py, None);
+            }
         }
     }
 
@@ -364,8 +428,17 @@ impl Engine {
         let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
         match op.pending.poll(&mut TaskContext::from_waker(&waker)) {
             Poll::Ready(r) => {
+                // A message received for a future the caller cancelled meanwhile is lost to
+                // them: the endpoint it came on is closed, so the next receive fails clearly
+                // instead of silently getting the message after.
+                let lost_on = op.meta.ep.filter(|_| {
+                    op.meta.expect_len.is_some() && r.is_ok() && op.sink.is_abandoned(py)
+                });
                 let out = outcome(py, r, &op.meta);
                 op.sink.deliver(self, py, out);
+                if let Some(key) = lost_on {
+                    self.close_for_lost_message(py, key);
+                }
             }
             Poll::Pending => {
                 lock(&self.ops).insert(id, op);

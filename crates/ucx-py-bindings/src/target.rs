@@ -42,6 +42,16 @@ impl Target {
         Ok(fut.unwrap_or_else(|| py.None()))
     }
 
+    /// Whether nobody waits for the outcome any more: a future already done (cancelled).
+    pub(crate) fn is_abandoned(&self, py: Python<'_>) -> bool {
+        match self {
+            Target::Future { fut, .. } => {
+                fut.bind(py).call_method0(pyo3::intern!(py, "done")).and_then(|d| d.is_truthy()).unwrap_or(false)
+            }
+            Target::Callback(_) => false,
+        }
+    }
+
     /// Delivers `outcome`. Errors raised by the receiver (a closed loop, a callback that
     /// raises) are reported as unraisable: nobody is waiting to catch them here.
     pub(crate) fn resolve(self, py: Python<'_>, outcome: Outcome) {

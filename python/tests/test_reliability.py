@@ -1,0 +1,130 @@
+"""Failure paths a careless or hostile caller or peer reaches (issue 15): untrusted worker
+addresses are refused with a reason instead of aborting the process; a cancelled receive
+never swallows the next message."""
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+import ucp
+from conftest import pair, run
+
+
+def test_bad_worker_addresses_are_refused_not_fatal(fresh_ucp):
+    real = bytes(ucp.get_worker_address())
+    rng = random.Random(15)
+    inputs = [b"", b"\x07" * 8, real[: len(real) // 2], real + b"\x00"]
+    inputs += [bytes(rng.randrange(256) for _ in range(rng.randrange(8, 1024))) for _ in range(40)]
+    for at in range(len(real)):
+        flipped = bytearray(real)
+        flipped[at] ^= 0xFF
+        inputs.append(bytes(flipped))
+
+    async def main():
+        refused = 0
+        for data in inputs:
+            try:
+                ep = await ucp.create_endpoint_from_worker_address(data)
+            except ValueError as e:
+                assert str(e).startswith("not a UCX worker address: "), e
+                refused += 1
+            except ucp.exceptions.UCXError:
+                pass  # well-formed but unreachable: UCX said so
+            else:
+                ep.abort()
+        return refused
+
+    refused = run(main())
+    assert refused >= 44, refused  # the empty, short, long and random ones at least
+
+
+def test_empty_worker_address_message(fresh_ucp):
+    with pytest.raises(ValueError, match="a UCX worker address cannot be empty"):
+        run(ucp.create_endpoint_from_worker_address(b""))
+
+
+@pytest.mark.parametrize("size", [64, 1 << 20])
+def test_timed_out_recv_does_not_swallow_the_next_message(progress_mode, size):
+    async def main():
+        lf, client, server = await pair()
+        abandoned = np.zeros(size, dtype="u1")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(server.recv(abandoned), 0.01)
+        first, second = np.full(size, 1, dtype="u1"), np.full(size, 2, dtype="u1")
+        got = np.zeros(size, dtype="u1")
+        await asyncio.gather(client.send(first), server.recv(got))
+        assert (got == 1).all(), "the message after a timed-out receive went elsewhere"
+        await asyncio.gather(client.send(second), server.recv(got))
+        assert (got == 2).all()
+        assert not abandoned.any(), "UCX wrote into the buffer of a cancelled receive"
+        lf.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("size", [64, 1 << 20])
+def test_cancelled_recv_task_releases_its_message(progress_mode, size):
+    async def main():
+        lf, client, server = await pair()
+        task = asyncio.ensure_future(server.recv(np.zeros(size, dtype="u1")))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        got = np.zeros(size, dtype="u1")
+        await asyncio.gather(client.send(np.full(size, 7, dtype="u1")), server.recv(got))
+        assert (got == 7).all()
+        lf.close()
+
+    run(main())
+
+
+def test_cancel_during_a_transfer_never_misdelivers(progress_mode):
+    """A receive cancelled while its message is arriving: either UCX withdrew it (the next
+    receive gets that message) or the endpoint is closed with a clear error; the next receive
+    never silently gets the message after."""
+    big = 16 << 20
+
+    async def trial(delay):
+        lf, client, server = await pair()
+        recv = asyncio.ensure_future(server.recv(np.zeros(big, dtype="u1")))
+        send = asyncio.ensure_future(client.send(np.full(big, 1, dtype="u1")))
+        await asyncio.sleep(delay)
+        recv.cancel()
+        try:
+            await recv
+            outcome = "finished"  # the transfer won the race: the message was received
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        if outcome == "cancelled":
+            got = np.zeros(big, dtype="u1")
+            try:
+                await asyncio.wait_for(server.recv(got), 10)
+                assert (got == 1).all(), "the next receive got something else than the message"
+                outcome = "withdrawn"
+            except ucp.exceptions.UCXCloseError as e:
+                assert "cancelled after UCX had matched a message" in str(e), e
+                outcome = "closed"
+        send.cancel()
+        client.abort()
+        lf.close()
+        return outcome
+
+    async def main():
+        return [await trial(d) for d in (0, 0.001, 0.003, 0.01)]
+
+    outcomes = run(main(), timeout=60)
+    assert set(outcomes) <= {"finished", "withdrawn", "closed"}, outcomes
+
+
+def test_cancelled_am_recv_does_not_take_the_next_message(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(server.am_recv(), 0.01)
+        await client.am_send(b"after the timeout")
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"after the timeout"
+        lf.close()
+
+    run(main())
