@@ -6,7 +6,7 @@
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyMemoryView, PyTuple};
 use ucx_core::{MemoryType, RecvBuffer, SendBuffer};
 
 /// Memory of a Python object, pinned for the duration of an operation.
@@ -18,6 +18,9 @@ pub(crate) struct PyBuf {
     view: Option<Box<ffi::Py_buffer>>,
     /// The object itself (CUDA arrays hold no export, only this reference).
     _owner: Option<Py<PyAny>>,
+    /// The CUDA stream the producer ordered its work on (CUDA Array Interface v3), to be
+    /// synchronised before UCX reads or writes the memory.
+    stream: Option<usize>,
 }
 
 // SAFETY: the pointer is into memory kept alive by `view`/`owner`, which may be released from
@@ -36,14 +39,22 @@ impl PyBuf {
     }
 
     fn take(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<PyBuf> {
+        // CUDA first: an object with `__cuda_array_interface__` is device memory even if it
+        // also offers the buffer protocol (CuPy 14's arrays do, and refuse it for device
+        // memory). bytes, bytearray and memoryview never have one, so they skip the lookup.
+        let plain = obj.is_exact_instance_of::<PyBytes>()
+            || obj.is_exact_instance_of::<PyByteArray>()
+            || obj.is_exact_instance_of::<PyMemoryView>();
+        if !plain {
+            if let Ok(iface) = obj.getattr(pyo3::intern!(obj.py(), "__cuda_array_interface__")) {
+                if !iface.is_none() {
+                    return PyBuf::cuda(obj, &iface, writable);
+                }
+            }
+        }
         // SAFETY: obj is a live object and we hold the GIL.
         if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
             return PyBuf::host(obj, writable);
-        }
-        if let Ok(iface) = obj.getattr(pyo3::intern!(obj.py(), "__cuda_array_interface__")) {
-            if !iface.is_none() {
-                return PyBuf::cuda(obj, &iface, writable);
-            }
         }
         Err(PyTypeError::new_err(format!(
             "expected an object with the buffer protocol or __cuda_array_interface__, got {}",
@@ -65,6 +76,7 @@ impl PyBuf {
             memory_type: MemoryType::Host,
             view: Some(view),
             _owner: None,
+            stream: None,
         };
         let view = buf.view.as_deref_mut().map(|v| v as *mut ffi::Py_buffer);
         if let Some(v) = view {
@@ -90,6 +102,21 @@ impl PyBuf {
         if get("mask").is_some_and(|m| !m.is_none()) {
             return Err(PyNotImplementedError::new_err("masked arrays are not supported"));
         }
+        let stream = match get("stream").filter(|s| !s.is_none()) {
+            None => None,
+            Some(s) => match s.extract::<usize>() {
+                // CAI v3: 0 is disallowed (ambiguous between the legacy and per-thread default).
+                Ok(0) => {
+                    return Err(PyValueError::new_err(
+                        "__cuda_array_interface__ 'stream' is 0, which the CUDA Array Interface disallows",
+                    ))
+                }
+                Ok(s) => Some(s),
+                Err(_) => {
+                    return Err(PyValueError::new_err("__cuda_array_interface__ 'stream' must be None or an int"))
+                }
+            },
+        };
         let data = get("data").ok_or_else(|| PyValueError::new_err("__cuda_array_interface__ has no 'data'"))?;
         let data = data.downcast::<PyTuple>()?;
         let ptr: usize = data.get_item(0)?.extract()?;
@@ -119,6 +146,7 @@ impl PyBuf {
             memory_type: MemoryType::Cuda,
             view: None,
             _owner: Some(obj.clone().unbind()),
+            stream,
         })
     }
 
@@ -127,13 +155,18 @@ impl PyBuf {
         self.len
     }
 
-    /// Refuses device memory when UCX has no CUDA transport (it would fail obscurely later).
+    /// Makes device memory ready for UCX: refused when UCX has no CUDA transport (it would
+    /// fail obscurely later), and the producer's stream synchronised (CUDA Array Interface v3
+    /// asks a consumer to order its work after the producer's; UCX uses streams of its own).
     pub(crate) fn check_cuda(self, cuda_support: bool) -> PyResult<Self> {
         if self.memory_type == MemoryType::Cuda && !cuda_support {
             return Err(PyValueError::new_err(
                 "UCX is not configured with CUDA support, please ensure that the CUDA transports (cuda_copy, \
                  cuda_ipc) are available and enabled in UCX_TLS",
             ));
+        }
+        if let Some(stream) = self.stream {
+            crate::cuda_stream::synchronize(stream)?;
         }
         Ok(self)
     }

@@ -22,6 +22,7 @@
 mod am;
 mod buffer;
 mod context;
+mod cuda_stream;
 mod endpoint;
 mod engine;
 mod errors;
