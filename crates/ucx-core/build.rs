@@ -12,6 +12,8 @@
 //!
 //! Exports `DEP_UCP_LIBDIR` / `DEP_UCP_INCLUDE` to dependents (through `links = "ucp"`): cargo
 //! does not pass `rustc-link-arg` on to dependents, so crates that build binaries re-emit the rpath.
+//! `DEP_UCP_FROM_WHEEL` is `1` when UCX came from the `libucx` wheel (`0` otherwise): the Python
+//! extension then links it through the installed layout, not through this build's path.
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +26,7 @@ struct Ucx {
     include: PathBuf,
     libdir: PathBuf,
     how: String,
+    from_wheel: bool,
 }
 
 fn main() {
@@ -52,6 +55,7 @@ fn main() {
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", ucx.libdir.display());
     println!("cargo:libdir={}", ucx.libdir.display());
     println!("cargo:include={}", ucx.include.display());
+    println!("cargo:from_wheel={}", u8::from(ucx.from_wheel));
     println!("cargo:rustc-env=UCXRS_BUILD_LIBDIR={}", ucx.libdir.display());
     println!("cargo:rustc-env=UCXRS_BUILD_FOUND_BY={}", ucx.how);
 
@@ -92,7 +96,7 @@ fn find() -> Result<Ucx, Vec<String>> {
             Ok(o) if o.status.success() => {
                 let prefix = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
                 match check(prefix.join("include"), prefix.join("lib"), format!("libucx wheel via {python}")) {
-                    Ok(u) => return Ok(u),
+                    Ok(u) => return Ok(Ucx { from_wheel: true, ..u }),
                     Err(e) => tried.push(format!("  libucx wheel via {python}: {e}")),
                 }
             }
@@ -137,7 +141,7 @@ fn check(include: PathBuf, libdir: PathBuf, how: String) -> Result<Ucx, String> 
     if !libdir.join("libucp.so").exists() && !libdir.join("libucp.so.0").exists() {
         return Err(format!("no libucp.so in {}", libdir.display()));
     }
-    Ok(Ucx { include, libdir, how: format!("{how}, API {major}.{minor}") })
+    Ok(Ucx { include, libdir, how: format!("{how}, API {major}.{minor}"), from_wheel: false })
 }
 
 fn define(text: &str, name: &str) -> Option<u32> {
