@@ -227,7 +227,6 @@ impl<'a> Request<'a> {
         }
         self.slot().result()
     }
-
 }
 
 impl Request<'static> {

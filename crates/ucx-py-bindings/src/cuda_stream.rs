@@ -49,8 +49,7 @@ fn driver() -> Option<&'static Driver> {
                 let text = dlsym(lib, c"cuGetErrorString".as_ptr());
                 Some(Driver {
                     synchronize: std::mem::transmute::<*mut c_void, StreamSynchronize>(sync),
-                    error_string: (!text.is_null())
-                        .then(|| std::mem::transmute::<*mut c_void, GetErrorString>(text)),
+                    error_string: (!text.is_null()).then(|| std::mem::transmute::<*mut c_void, GetErrorString>(text)),
                 })
             }
         })

@@ -298,7 +298,12 @@ impl Endpoint {
 
 /// Closes an endpoint (see `Endpoint.close`); `why`, when we close it on our own, is what later
 /// operations on it report.
-pub(crate) fn close_shared(engine: &Engine, py: Python<'_>, shared: &EpShared, why: Option<&'static str>) -> PyResult<()> {
+pub(crate) fn close_shared(
+    engine: &Engine,
+    py: Python<'_>,
+    shared: &EpShared,
+    why: Option<&'static str>,
+) -> PyResult<()> {
     let Some(ep) = lock(&shared.ep).take() else { return Ok(()) };
     if why.is_some() {
         *lock(&shared.closed_because) = why;

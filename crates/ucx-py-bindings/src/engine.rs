@@ -431,9 +431,8 @@ impl Engine {
                 // A message received for a future the caller cancelled meanwhile is lost to
                 // them: the endpoint it came on is closed, so the next receive fails clearly
                 // instead of silently getting the message after.
-                let lost_on = op.meta.ep.filter(|_| {
-                    op.meta.expect_len.is_some() && r.is_ok() && op.sink.is_abandoned(py)
-                });
+                let lost_on =
+                    op.meta.ep.filter(|_| op.meta.expect_len.is_some() && r.is_ok() && op.sink.is_abandoned(py));
                 let out = outcome(py, r, &op.meta);
                 op.sink.deliver(self, py, out);
                 if let Some(key) = lost_on {
