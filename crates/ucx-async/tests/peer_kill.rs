@@ -5,7 +5,7 @@
 //! never ran) and issue 12's "failures never hang" for the Rust examples.
 //!
 //! Rounds per case: `UCX_ASYNC_KILL_ROUNDS` (default 1; the long form is 100, see
-//! `scripts/soak.sh`). Needs the examples built (`cargo test` builds them).
+//! `scripts/reliability.sh`). Needs the examples built (`cargo test` builds them).
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
