@@ -20,14 +20,18 @@ def server(port_queue, iters):
         done = asyncio.get_running_loop().create_future()
 
         async def echo(ep):
-            for size in SIZES:
-                buf = np.empty(size, dtype="u1")
-                for _ in range(iters):
-                    await ep.recv(buf)
-                    buf += 1
-                    await ep.send(buf)
-            await ep.close()
-            done.set_result(None)
+            try:
+                for size in SIZES:
+                    buf = np.empty(size, dtype="u1")
+                    for _ in range(iters):
+                        await ep.recv(buf)
+                        buf += 1
+                        await ep.send(buf)
+                await ep.close()
+            except Exception as e:  # the client failed: end this process with the error
+                done.set_exception(e)
+            else:
+                done.set_result(None)
 
         listener = ucp.create_listener(echo, ip="127.0.0.1")
         port_queue.put(listener.port)
@@ -63,18 +67,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=1000)
     args = parser.parse_args()
+    from ucp.utils import run_with_server, wait_for_port
+
     spawn = multiprocessing.get_context("spawn")
     q = spawn.Queue()
     p = spawn.Process(target=server, args=(q, args.iters))
     p.start()
-    try:
-        asyncio.run(client(q.get(timeout=60), args.iters))
-    finally:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-    if p.exitcode:
-        raise SystemExit(f"server exited with {p.exitcode}")
+    # If either side fails, the other is stopped and this exits non-zero within seconds.
+    run_with_server(p, lambda: asyncio.run(client(wait_for_port(q, p), args.iters)))
 
 
 if __name__ == "__main__":

@@ -28,12 +28,16 @@ def server(port_queue):
         done = asyncio.get_running_loop().create_future()
 
         async def echo(ep):
-            buf = cupy.empty(N, dtype="u1")
-            await ep.recv(buf)
-            buf += 1
-            await ep.send(buf)
-            await ep.close()
-            done.set_result(None)
+            try:
+                buf = cupy.empty(N, dtype="u1")
+                await ep.recv(buf)
+                buf += 1
+                await ep.send(buf)
+                await ep.close()
+            except Exception as e:  # the client failed: end this process with the error
+                done.set_exception(e)
+            else:
+                done.set_result(None)
 
         listener = ucp.create_listener(echo, ip="127.0.0.1")
         port_queue.put(listener.port)
@@ -62,9 +66,11 @@ if __name__ == "__main__":
     if not have_gpu():
         print("echo_cupy: no CUDA GPU (or CuPy) here; nothing to run", file=sys.stderr)
         sys.exit(2)
+    from ucp.utils import run_with_server, wait_for_port
+
     spawn = multiprocessing.get_context("spawn")
     q = spawn.Queue()
     p = spawn.Process(target=server, args=(q,))
     p.start()
-    asyncio.run(client(q.get(timeout=60)))
-    p.join(30)
+    # If either side fails, the other is stopped and this exits non-zero within seconds.
+    run_with_server(p, lambda: asyncio.run(client(wait_for_port(q, p))))

@@ -70,3 +70,72 @@ def hmean(a):
     if len(a):
         return 1 / np.mean(1 / a)
     return 0
+
+
+# --- Peer processes of examples and benchmarks -------------------------------------------
+# A script that starts a peer process must never hang when one side fails: a non-daemon child
+# that outlives a failed parent keeps the interpreter waiting at exit forever.
+
+
+def wait_for_port(q, server_process, timeout=60.0):
+    """The port `server_process` puts on `q`; fails at once if the process dies first."""
+    from queue import Empty
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return q.get(timeout=0.5)
+        except Empty:
+            if not server_process.is_alive():
+                raise RuntimeError(
+                    f"the server process exited (code {server_process.exitcode}) before listening"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server process reported no port within {timeout:.0f} s") from None
+
+
+def stop(process, grace=5.0):
+    """Terminates `process` (killing it if it ignores that for `grace` seconds) and reaps it."""
+    if process.is_alive():
+        process.terminate()
+        process.join(grace)
+    if process.is_alive():
+        process.kill()
+        process.join()
+
+
+def supervise(processes, grace=5.0, finish=30.0):
+    """Waits for `processes` ({name: process}); once one fails, the others get `grace` seconds
+    to notice and are then stopped, and once all but one have succeeded the last gets `finish`
+    seconds. Raises SystemExit naming the ones that failed."""
+    failed_at = done_at = None
+    while any(p.is_alive() for p in processes.values()):
+        for p in processes.values():
+            p.join(0.05)
+        now = time.monotonic()
+        codes = [p.exitcode for p in processes.values()]
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = now
+        if done_at is None and codes.count(0) >= len(codes) - 1:
+            done_at = now
+        if (failed_at is not None and now - failed_at > grace) or (done_at is not None and now - done_at > finish):
+            for p in processes.values():
+                stop(p)
+    failed = {name: p.exitcode for name, p in processes.items() if p.exitcode}
+    if failed:
+        raise SystemExit("failed: " + ", ".join(f"{name} (exit code {code})" for name, code in failed.items()))
+
+
+def run_with_server(server_process, client, finish=30.0):
+    """Runs `client()` in this process while `server_process` serves it: stops the server at
+    once if the client raises, and gives it `finish` seconds to end after a success."""
+    ok = False
+    try:
+        client()
+        ok = True
+    finally:
+        if ok:
+            server_process.join(finish)
+        stop(server_process)
+    if server_process.exitcode:
+        raise SystemExit(f"the server process failed (exit code {server_process.exitcode})")

@@ -20,13 +20,12 @@ Backends (-l): "ucp-async" (the `ucp` asyncio API, default) and "tornado" (TCP b
 import argparse
 import asyncio
 import os
-from queue import Empty
 
 import numpy as np
 
 import ucp
 from ucp._libs.utils import format_bytes, parse_bytes, print_key_value, print_separator
-from ucp.utils import get_event_loop, mp
+from ucp.utils import get_event_loop, mp, stop, supervise, wait_for_port
 
 BACKENDS = ["ucp-async", "ucp-core", "tornado"]
 
@@ -300,18 +299,6 @@ def parse_args(argv=None):
     return args
 
 
-def _wait_for_port(q, server_process):
-    # Fail instead of hanging when the server dies before it listens (e.g. UCX cannot start).
-    while True:
-        try:
-            return q.get(timeout=1)
-        except Empty:
-            if not server_process.is_alive():
-                raise RuntimeError(
-                    f"The server process exited (code {server_process.exitcode}) before listening"
-                ) from None
-
-
 def main():
     args = parse_args()
     server_address = args.server_address
@@ -321,7 +308,11 @@ def main():
         q1 = mp.Queue()
         p1 = mp.Process(target=server, args=(q1, args))
         p1.start()
-        port = _wait_for_port(q1, p1)
+        try:
+            port = wait_for_port(q1, p1)
+        except RuntimeError:
+            stop(p1)
+            raise
         print(f"Server Running at {server_address}:{port}")
     else:
         port = args.port
@@ -331,11 +322,10 @@ def main():
         q2 = mp.Queue()
         p2 = mp.Process(target=client, args=(q2, port, server_address, args))
         p2.start()
-        p2.join()
-        assert not p2.exitcode
+        # A failure on either side stops the other within seconds (never a hang).
+        supervise({"server": p1, "client": p2} if not args.client_only else {"client": p2})
     else:
-        p1.join()
-        assert not p1.exitcode
+        supervise({"server": p1})
 
 
 if __name__ == "__main__":

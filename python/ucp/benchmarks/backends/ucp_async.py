@@ -42,25 +42,32 @@ class UCXPyAsyncServer(BaseServer):
         xp = get_allocator(args.object_type, args.rmm_init_pool_size, args.rmm_managed_memory)
         register_am_allocators(args)
         listener = None
+        failure = []
 
         async def echo(ep):
-            if not args.enable_am and args.reuse_alloc:
-                recv_msg = xp.zeros(args.n_bytes, dtype="u1")
-            for _ in range(args.n_iter + args.n_warmup_iter):
-                if args.enable_am:
-                    await ep.am_send(await ep.am_recv())
-                else:
-                    if not args.reuse_alloc:
-                        recv_msg = xp.zeros(args.n_bytes, dtype="u1")
-                    await ep.recv(recv_msg)
-                    await ep.send(recv_msg)
-            await ep.close()
-            listener.close()
+            try:
+                if not args.enable_am and args.reuse_alloc:
+                    recv_msg = xp.zeros(args.n_bytes, dtype="u1")
+                for _ in range(args.n_iter + args.n_warmup_iter):
+                    if args.enable_am:
+                        await ep.am_send(await ep.am_recv())
+                    else:
+                        if not args.reuse_alloc:
+                            recv_msg = xp.zeros(args.n_bytes, dtype="u1")
+                        await ep.recv(recv_msg)
+                        await ep.send(recv_msg)
+                await ep.close()
+            except Exception as e:  # the client failed: the server ends with the error
+                failure.append(e)
+            finally:
+                listener.close()
 
         listener = ucp.create_listener(echo, port=args.port, endpoint_error_handling=args.error_handling)
         self.queue.put(listener.port)
         while not listener.closed():
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
+        if failure:
+            raise failure[0]
 
 
 class UCXPyAsyncClient(BaseClient):
