@@ -128,3 +128,29 @@ def test_cancelled_am_recv_does_not_take_the_next_message(progress_mode):
         lf.close()
 
     run(main())
+
+
+def test_transfers_after_close_raise_close_error(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        await client.close()
+        for op in (client.recv(bytearray(8)), client.send(b"x"), client.am_recv()):
+            with pytest.raises(ucp.exceptions.UCXCloseError, match="Endpoint closed") as e:
+                await op
+            assert isinstance(e.value, AttributeError)  # what UCX-Py raised here
+        lf.close()
+
+    run(main())
+
+
+def test_failed_reset_leaves_the_context_in_place(fresh_ucp):
+    async def main():
+        lf = ucp.create_listener(lambda ep: None)
+        before = ucp.get_worker_address()
+        with pytest.raises(ucp.exceptions.UCXError, match="not all Endpoints"):
+            ucp.reset()
+        assert bytes(ucp.get_worker_address()) == bytes(before), "reset built a second context"
+        lf.close()
+
+    run(main())
+    ucp.reset()

@@ -427,6 +427,12 @@ class Listener:
             self._ctx = None
 
 
+class EndpointClosedError(UCXCloseError, AttributeError):
+    """A transfer on an endpoint after ``close()`` or ``abort()``. UCX-Py raised a bare
+    ``AttributeError`` here ('NoneType' object has no attribute 'raise_on_error'); this is
+    ``UCXCloseError``, and still an ``AttributeError`` for code written against UCX-Py."""
+
+
 class Endpoint:
     """A connection to one peer: tag messages on per-endpoint tags, active messages, and the
     close protocol. Made by ``create_endpoint``, a listener, or
@@ -508,8 +514,7 @@ class Endpoint:
         else its future."""
         ep = self._ep
         if ep is None:
-            # As UCX-Py: an aborted endpoint has no UCX endpoint left to ask.
-            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
+            raise EndpointClosedError("Endpoint closed")
         self._send_count += 1
         # One native call: raises the peer's failure, or UCXCloseError if closed, first.
         return ep.tag_send_checked(buffer, tag, spin_us)
@@ -519,7 +524,7 @@ class Endpoint:
         else its future. The caller counts it finished (``_recv_finished``)."""
         ep = self._ep
         if ep is None:
-            raise AttributeError("'NoneType' object has no attribute 'raise_on_error'")
+            raise EndpointClosedError("Endpoint closed")
         self._recv_count += 1
         # Unless a matching message is already waiting, raises the peer's failure, or
         # UCXCloseError if closed, first. It progresses for up to ``spin_us`` before it hands
@@ -604,6 +609,8 @@ class Endpoint:
     async def am_recv(self):
         """The next active message from the peer, in an object from the registered allocator
         (``bytearray`` by default for host memory)."""
+        if self._ep is None:
+            raise EndpointClosedError("Endpoint closed")
         if not self._ep.am_probe():
             self._ep.raise_on_error()
             if self.closed():
@@ -802,6 +809,9 @@ def reset():
             )
             for o in gc.get_referrers(weakref_ctx()):
                 msg += "\n  %s" % str(o)
+            # Unlike UCX-Py, a failed reset leaves the context in place: dropping it would
+            # make the next call silently build a second UCX context beside the live one.
+            _ctx = weakref_ctx()
             raise UCXError(msg)
 
 
