@@ -40,8 +40,10 @@ fail() { say "FAIL $*"; exit 1; }
 # 1. The wheel, built the release way: no flags beyond --release, so pyproject.toml decides.
 if [ -z "${WHEEL:-}" ]; then
     say "building: maturin build --release"
-    # .venv as for `maturin develop`: crates/ucx-core/build.rs finds its libucx wheel.
-    if ! VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH" timeout 1800 \
+    # .venv as for `maturin develop`: crates/ucx-core/build.rs finds its libucx wheel. A
+    # target directory of its own: `maturin develop` patches an rpath to .venv into the
+    # extension it leaves in target/, and a release build there would reuse that file as is.
+    if ! CARGO_TARGET_DIR="$ROOT/target/wheel-check" VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH" timeout 1800 \
         "$ROOT/.venv/bin/maturin" build --release --out "$TMP/dist" >"$TMP/build.log" 2>&1; then
         cat "$TMP/build.log"
         fail "maturin build --release"
