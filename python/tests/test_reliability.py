@@ -154,3 +154,46 @@ def test_failed_reset_leaves_the_context_in_place(fresh_ucp):
 
     run(main())
     ucp.reset()
+
+
+def test_announced_sizes_above_the_maximum_are_refused(progress_mode, monkeypatch):
+    async def main():
+        lf, client, server = await pair()
+        await asyncio.gather(client.send_obj(b"x" * 1000), asyncio.sleep(0))
+        with pytest.raises(ucp.exceptions.UCXError, match="announced 1000 bytes, more than the maximum of 999"):
+            await server.recv_obj(max_size=999)
+        assert server.closed()  # the refused data must not be read as the next message
+        lf, client, server = await pair()
+        await asyncio.gather(client.send_multi([b"a" * 600, b"b" * 600]), asyncio.sleep(0))
+        monkeypatch.setenv("UCXPY_MAX_MESSAGE_SIZE", "1000")
+        with pytest.raises(ucp.exceptions.UCXError, match="recv_multi: the peer announced 1200 bytes"):
+            await server.recv_multi()
+        monkeypatch.setenv("UCXPY_MAX_MESSAGE_SIZE", "1200")
+        lf, client, server = await pair()
+        await asyncio.gather(client.send_multi([b"a" * 600, b"b" * 600]), asyncio.sleep(0))
+        assert await server.recv_multi() == [b"a" * 600, b"b" * 600]
+        lf.close()
+
+    run(main())
+
+
+def test_default_maximum_is_physical_memory(monkeypatch):
+    import os
+
+    monkeypatch.delenv("UCXPY_MAX_MESSAGE_SIZE", raising=False)
+    assert ucp.core.default_max_message_size() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    monkeypatch.setenv("UCXPY_MAX_MESSAGE_SIZE", "lots")
+    with pytest.raises(ValueError, match="UCXPY_MAX_MESSAGE_SIZE must be a number of bytes"):
+        ucp.core.default_max_message_size()
+
+
+def test_dask_max_message_size_setting():
+    dask = pytest.importorskip("dask")
+    from ucp import dask_comm
+
+    assert dask_comm._max_message_size() is None
+    with dask.config.set({"ucxa.max-message-size": "1 MiB"}):
+        assert dask_comm._max_message_size() == 1 << 20
+    with dask.config.set({"ucxa.max-message-size": "-1"}):
+        with pytest.raises(ValueError, match="max-message-size"):
+            dask_comm._max_message_size()

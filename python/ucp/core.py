@@ -41,6 +41,35 @@ _PEER_INFO_UCXX = struct.Struct("QQ")  # msg_tag, hash64bits(msg_tag)
 
 WIRE_PROTOCOLS = ("ucx-py", "ucxx")
 
+def default_max_message_size():
+    """The largest message ``recv_obj`` and ``recv_multi`` accept by default: the
+    ``UCXPY_MAX_MESSAGE_SIZE`` environment variable (bytes), else this machine's physical
+    memory. The size comes from the peer, which could otherwise make us allocate without bound."""
+    value = os.environ.get("UCXPY_MAX_MESSAGE_SIZE")
+    if value is not None:
+        try:
+            size = int(value)
+            if size < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"UCXPY_MAX_MESSAGE_SIZE must be a number of bytes >= 0, not {value!r}") from None
+        return size
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _check_message_size(ep, what, nbytes, max_size):
+    """Refuses a message above ``max_size``. The endpoint is aborted too: the refused
+    message's data would otherwise be read as the next message."""
+    if max_size is None:
+        max_size = default_max_message_size()
+    if nbytes > max_size:
+        ep.abort()
+        raise UCXError(
+            f"{what}: the peer announced {nbytes} bytes, more than the maximum of {max_size}; "
+            "the endpoint was closed"
+        )
+
+
 # Loop iterations a connecting client yields after the handshake (see create_endpoint).
 _HANDSHAKE_YIELDS = 3
 
@@ -577,11 +606,12 @@ class Endpoint:
         sent = _post_all(self._post_send(b, tag, 0) for b in (*headers, *buffers))
         return sum(a.nbytes for a in arrays), sent
 
-    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None):
+    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None, max_size=None):
         """Receives the frames of one ``send_multi`` (ours or UCXX's): host frames into
         ``allocator(nbytes)``, CUDA frames into ``device_allocator(nbytes)`` (default: an RMM
         ``DeviceBuffer``, or a CuPy array). Every frame's receive is posted as soon as the
-        headers are in."""
+        headers are in. A message larger than ``max_size`` bytes (default
+        ``default_max_message_size()``) is refused before anything is allocated."""
         layout = []
         while True:
             header = bytearray(_MultiHeader.SIZE)
@@ -590,6 +620,7 @@ class Endpoint:
             layout += frames
             if not more:
                 break
+        _check_message_size(self, "recv_multi", sum(n for _, n in layout), max_size)
         if any(cuda for cuda, _ in layout) and device_allocator is None:
             device_allocator = _device_buffer
         frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
@@ -630,10 +661,12 @@ class Endpoint:
         await self.send(nbytes, tag=tag)
         await self.send(obj, tag=tag)
 
-    async def recv_obj(self, tag=None, allocator=bytearray):
-        """Receives an object sent with ``send_obj`` into ``allocator(size)``."""
+    async def recv_obj(self, tag=None, allocator=bytearray, max_size=None):
+        """Receives an object sent with ``send_obj`` into ``allocator(size)``; a size above
+        ``max_size`` (default ``default_max_message_size()``) is refused before allocating."""
         nbytes = array.array("Q", [0])
         await self.recv(nbytes, tag=tag)
+        _check_message_size(self, "recv_obj", nbytes[0], max_size)
         obj = allocator(nbytes[0])
         await self.recv(obj, tag=tag)
         return obj

@@ -67,6 +67,21 @@ def _make_host_pool():
         _allocate_host_frame = host_array
 
 
+def _max_message_size():
+    """``ucxa.max-message-size`` (bytes or e.g. ``"8 GiB"``): the largest message a comm
+    accepts from its peer; default ``ucp.core.default_max_message_size()`` (physical memory)."""
+    value = dask.config.get(f"{SCHEME}.max-message-size", default=None)
+    if value is None:
+        return None
+    try:
+        size = parse_bytes(value)
+        if size < 0:
+            raise ValueError("negative")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{SCHEME}.max-message-size: expected a size in bytes >= 0, got {value!r}") from e
+    return size
+
+
 def _init_ucx():
     """Initialises UCX in this process once, with the ``ucxa`` Dask config."""
     _make_host_pool()
@@ -177,7 +192,7 @@ class UCXAComm(Comm):
             raise CommClosedError(f"{self} is closed")
         try:
             # Device frames go to RMM, else CuPy.
-            frames = await ep.recv_multi(allocator=_allocate_host_frame)
+            frames = await ep.recv_multi(allocator=_allocate_host_frame, max_size=_max_message_size())
             if not frames:
                 raise CommClosedError(f"{self}: the peer closed the connection")
         except CommClosedError:
