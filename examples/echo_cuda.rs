@@ -1,9 +1,18 @@
-//! UCX-Py's CuPy echo, in Rust: the client sends a device buffer of zeros, the server receives
-//! it into device memory, adds one to every byte on the GPU, and sends it back; the client
-//! checks that every byte is 1. Both in one process here, over 127.0.0.1, with the CUDA
-//! memory type passed to UCX. Without a CUDA device it says so and exits with status 2.
+//! UCX-Py's CuPy echo, in Rust, across two processes: the client sends a device buffer of
+//! zeros, the server receives it into device memory, adds one to every byte on the GPU and
+//! sends it back; the client checks that every byte is 1 and prints which transports UCX chose
+//! for the endpoint (on one GPU, device memory should move over `cuda_ipc`). The memory type is
+//! passed to UCX. Without a CUDA device it says so and exits with status 2; if either side
+//! fails, the other is stopped and it exits with status 1.
 //!
 //! Run: `cargo run --release -p ucx-async --features cuda --example echo_cuda`
+//! (`--server`: only the server, prints `PORT n`; `--client PORT`: only the client).
+#[path = "common/accept_or_exit.rs"]
+mod accept_or_exit;
+#[path = "common/server_process.rs"]
+mod server_process;
+
+use accept_or_exit::accept_or_exit;
 use cust::function::{BlockSize, GridSize};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
@@ -49,6 +58,8 @@ DONE:
 
 const N: usize = 1 << 20;
 
+type BoxError = Box<dyn std::error::Error>;
+
 fn main() {
     let _cuda = match cust::quick_init() {
         Ok(c) => c,
@@ -57,49 +68,80 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    if let Err(e) = rt.block_on(run()) {
+    let client_port = args.iter().position(|a| a == "--client").and_then(|i| args.get(i + 1));
+    let result = if args.iter().any(|a| a == "--server") {
+        rt.block_on(server())
+    } else if let Some(port) = client_port {
+        match port.parse() {
+            Ok(port) => rt.block_on(client(port)),
+            Err(_) => Err(format!("--client needs a port, got {port:?}").into()),
+        }
+    } else {
+        server_process::run_with_server("echo_cuda", &["--server".to_string()], |port| rt.block_on(client(port)))
+    };
+    if let Err(e) = result {
         eprintln!("echo_cuda: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn context() -> Result<Context, BoxError> {
+    // Loopback for the connection; shared memory and CUDA IPC with peer-failure handling.
+    Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
+}
+
+async fn server() -> Result<(), BoxError> {
     let module = Module::from_ptx(INCREMENT_PTX, &[])?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)?;
-    let ctx = Context::builder().option("NET_DEVICES", "lo").build()?;
-    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event)?, Worker::new(&ctx, ProgressMode::Event)?);
-    let listener = Listener::bind(&ws, "127.0.0.1:0".parse()?)?;
-    let (server, client) = tokio::join!(listener.accept(), Endpoint::connect(&wc, listener.local_addr()));
-    let (server, client) = (server?, client?);
-
-    let zeros = DeviceBuffer::from_slice(&vec![0u8; N])?;
-    let mut at_server = DeviceBuffer::from_slice(&vec![0xAAu8; N])?;
-    let mut back = DeviceBuffer::from_slice(&vec![0u8; N])?;
-
-    let t0 = std::time::Instant::now();
-    let (sent, received) = tokio::join!(client.send(&zeros), server.recv(&mut at_server));
-    sent?;
-    assert_eq!(received?, N);
+    let worker = Worker::new(&context()?, ProgressMode::Event)?;
+    let listener = Listener::bind(&worker, "127.0.0.1:0".parse()?)?;
+    println!("PORT {}", listener.local_addr().port());
+    let ep = accept_or_exit(&listener).await?;
+    let mut buf = DeviceBuffer::from_slice(&vec![0xAAu8; N])?;
+    let n = ep.recv(&mut buf).await?;
+    if n != N {
+        return Err(format!("received {n} bytes, expected {N}").into());
+    }
     let increment = module.get_function("increment")?;
     let blocks = N.div_ceil(256) as u32;
-    // SAFETY: the kernel touches bytes [0, N) of `at_server`, which holds N bytes.
+    // SAFETY: the kernel touches bytes [0, N) of `buf`, which holds N bytes.
     unsafe {
         cust::launch!(increment<<<GridSize::x(blocks), BlockSize::x(256), 0, stream>>>(
-            at_server.as_device_ptr(),
+            buf.as_device_ptr(),
             N as u64
         ))?;
     }
     stream.synchronize()?;
-    let (sent, received) = tokio::join!(server.send(&at_server), client.recv(&mut back));
-    sent?;
-    assert_eq!(received?, N);
-    let elapsed = t0.elapsed();
+    ep.send(&buf).await?;
+    // Wait for the client's close (its control message), so the reply is not cut off.
+    let _ = ep.recv(&mut [0u8; 1][..]).await;
+    Ok(())
+}
 
+async fn client(port: u16) -> Result<(), BoxError> {
+    let worker = Worker::new(&context()?, ProgressMode::Event)?;
+    let ep = Endpoint::connect(&worker, ([127, 0, 0, 1], port).into()).await?;
+    let zeros = DeviceBuffer::from_slice(&vec![0u8; N])?;
+    let mut back = DeviceBuffer::from_slice(&vec![0u8; N])?;
+    let t0 = std::time::Instant::now();
+    ep.send(&zeros).await?;
+    let n = ep.recv(&mut back).await?;
+    let elapsed = t0.elapsed();
+    if n != N {
+        return Err(format!("received {n} bytes, expected {N}").into());
+    }
     let mut host = vec![0u8; N];
     back.copy_to(&mut host[..])?;
-    assert!(host.iter().all(|&b| b == 1), "every byte came back incremented");
-    println!("echo_cuda: {N} bytes of device memory there and back, incremented on the GPU, in {elapsed:?}");
-    client.close().await?;
+    if !host.iter().all(|&b| b == 1) {
+        return Err("the GPU increment did not come back".into());
+    }
+    println!("echo_cuda: {N} bytes of device memory there and back between two processes, incremented on the GPU, in {elapsed:?}");
+    // Which transports UCX chose (ucp_ep_print_info's lane lines).
+    for line in ep.core().info().lines().filter(|l| l.contains("lane[")) {
+        println!("echo_cuda: {}", line.trim());
+    }
+    ep.close().await?;
     Ok(())
 }
