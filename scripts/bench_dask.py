@@ -144,6 +144,9 @@ def main():
     parser.add_argument("--ignore-size", type=int, default=2**20, help="transfers smaller than this are not counted")
     parser.add_argument("--protocols", default="tcp,ucxa,ucxx")
     parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+    parser.add_argument(
+        "--cluster-timeout", type=float, default=900, help="seconds one cluster's runs may take before it is stopped"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.benchmarks = [b for b in args.benchmarks.split(",") if b]
@@ -178,7 +181,14 @@ def main():
                 continue
             argv = [a for a in sys.argv[1:] if a != "--child"]
             cmd = [sys.executable, __file__, *argv, "--protocols", protocol, "--child"]
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+            try:
+                # A cluster that hangs (a worker or the scheduler stuck on a failed peer) is
+                # stopped and counted as failed, never waited on forever.
+                out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=args.cluster_timeout)
+            except subprocess.TimeoutExpired:
+                print(f"{protocol}: round {round_ + 1} stopped after {args.cluster_timeout:.0f} s")
+                failed.add(protocol)
+                continue
             lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
             if out.returncode or not lines:
                 print(f"{protocol}: round {round_ + 1} failed (exit {out.returncode})")
