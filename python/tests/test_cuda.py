@@ -65,3 +65,67 @@ def test_dask_comm_moves_a_cupy_array(fresh_ucp):
         assert bool((msg["x"] == x).all())
 
     run(main(), timeout=60)
+
+
+_REUSE_SCRIPT = r"""
+import asyncio, sys
+import numpy as np, cupy, ucp
+
+async def main():
+    got = asyncio.get_running_loop().create_future()
+    async def serve(ep):
+        try:
+            while True:
+                head = np.empty(2, dtype="u8")  # size, device?
+                await ep.recv(head)
+                if head[0] == 0:
+                    break
+                xp = cupy if head[1] else np
+                buf = xp.empty(int(head[0]), dtype="u1")
+                await ep.recv(buf)
+                await ep.send(buf)
+        finally:
+            got.set_result(None)
+    lf = ucp.create_listener(serve, ip="127.0.0.1")
+    ep = await ucp.create_endpoint("127.0.0.1", lf.port)
+    seen, reused = set(), 0
+    for i in range(200):
+        n = [4097, 1 << 16, (1 << 20) + 1, 8][(i // 2) % 4]
+        device = i % 2 == 0  # device and host buffers alternate
+        xp = cupy if device else np
+        out = (xp.arange(n) * 7 + i).astype("u1")
+        back = xp.zeros(n, dtype="u1")
+        await ep.send(np.array([n, device], dtype="u8"))
+        await ep.send(out)
+        await ep.recv(back)
+        assert bool((back == out).all()), f"round {i}: {n} bytes ({'device' if device else 'host'}) corrupted"
+        if device:
+            ptr = out.data.ptr
+            reused += ptr in seen
+            seen.add(ptr)
+        del out, back  # back to the pool: the next round may get the same addresses
+    await ep.send(np.array([0, 0], dtype="u8"))
+    await got
+    await ep.close()
+    lf.close()
+    print("reused", reused)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("cache", ["n", "y"])
+def test_memtype_cache_with_reused_pool_addresses(cache):
+    """The corruption UCX-Py turned UCX_MEMTYPE_CACHE off for: device memory a pool frees
+    and hands out again at the same address, alternating with host buffers, with every byte
+    checked. Run with the cache off (ucp's default) and on; the cache is read when UCX loads,
+    hence a process each."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache)
+    out = subprocess.run([sys.executable, "-c", _REUSE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    reused = int(out.stdout.split("reused")[-1])
+    assert reused > 0, "the pool never reused an address: the test did not test reuse"
