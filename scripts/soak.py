@@ -1,0 +1,191 @@
+"""A soak of `ucp` under failures: a server process echoes; client processes connect, send
+messages of random sizes whose every byte is checked on both sides, and are SIGKILLed and
+replaced at random. Runs for a bounded time, over 127.0.0.1 only, then reports the operations
+done, the kills injected, the data lost or corrupted (must be 0), and the server's RSS and open
+fds over the run. Exit status 1 if anything was lost or corrupted, a live client failed, or
+the server's RSS or fds grew beyond the bounds given.
+
+    python scripts/soak.py --duration 600          # the long form (10 minutes)
+    python scripts/soak.py --duration 10           # what the tests run
+"""
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+
+import numpy as np
+
+SIZES = [0, 1, 100, 8192, 65536, 1 << 20]
+
+
+def pattern(seed, seq, n):
+    """The bytes of message `seq` of client `seed`: reproducible on both sides."""
+    return np.random.default_rng((seed << 32) | seq).integers(0, 256, n, dtype=np.uint8)
+
+
+def resources():
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+    return rss, len(os.listdir("/proc/self/fd"))
+
+
+def server(q, control):
+    """Echoes every message after checking it; reports its counts and resources on request."""
+    import ucp
+
+    stats = {"echoed": 0, "corrupt": 0, "peer_failures": 0, "samples": []}
+
+    async def handle(ep):
+        try:
+            while True:
+                head = np.empty(3, dtype="u8")  # seed, seq, size
+                await ep.recv(head)
+                seed, seq, n = (int(x) for x in head)
+                buf = np.empty(n, dtype="u1")
+                await ep.recv(buf)
+                if not np.array_equal(buf, pattern(seed, seq, n)):
+                    stats["corrupt"] += 1
+                await ep.send(buf)
+                stats["echoed"] += 1
+        except ucp.exceptions.UCXBaseException:
+            stats["peer_failures"] += 1  # a killed client; its endpoint is closed below
+        finally:
+            ep.abort()
+
+    async def main():
+        lf = ucp.create_listener(handle, ip="127.0.0.1")
+        q.put(lf.port)
+        while True:
+            stats["samples"].append(resources())
+            cmd = await asyncio.get_running_loop().run_in_executor(None, control.get)
+            if cmd == "stop":
+                break
+        q.put(json.dumps(stats))
+        lf.close()
+
+    asyncio.run(main())
+
+
+def client(port, seed, results):
+    """Sends messages and checks each echo, until killed; reports each verified echo."""
+    import ucp
+
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        rng = random.Random(seed)
+        seq = 0
+        while True:
+            n = rng.choice(SIZES)
+            out = pattern(seed, seq, n)
+            back = np.empty(n, dtype="u1")
+            await ep.send(np.array([seed, seq, n], dtype="u8"))
+            await asyncio.gather(ep.send(out), ep.recv(back))
+            results.put((seed, seq, bool(np.array_equal(back, out))))
+            seq += 1
+
+    asyncio.run(main())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600, help="seconds to run")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--kill-every", type=float, default=0.5, help="mean seconds between kills")
+    parser.add_argument("--max-rss-growth", type=float, default=0.25, help="allowed growth of the server's RSS")
+    parser.add_argument("--max-fd-growth", type=int, default=16, help="allowed growth of the server's open fds")
+    args = parser.parse_args()
+    os.environ.setdefault("UCX_NET_DEVICES", "lo")
+
+    spawn = multiprocessing.get_context("spawn")
+    q, control, results = spawn.Queue(), spawn.Queue(), spawn.Queue()
+    srv = spawn.Process(target=server, args=(q, control), daemon=True)
+    srv.start()
+    port = q.get(timeout=60)
+    rng = random.Random(1)
+    next_seed = 1
+    clients = {}
+
+    def start_client():
+        nonlocal next_seed
+        p = spawn.Process(target=client, args=(port, next_seed, results), daemon=True)
+        p.start()
+        clients[next_seed] = p
+        next_seed += 1
+
+    for _ in range(args.clients):
+        start_client()
+    kills = verified = bad = 0
+    failed_clients = []
+    start = time.monotonic()
+    next_kill = start + rng.expovariate(1 / args.kill_every)
+    next_sample = start + 1
+    while time.monotonic() - start < args.duration:
+        while not results.empty():
+            _, _, ok = results.get()
+            verified += ok
+            bad += not ok
+        now = time.monotonic()
+        if now >= next_kill:
+            seed = rng.choice(sorted(clients))
+            os.kill(clients[seed].pid, signal.SIGKILL)
+            clients.pop(seed).join()
+            kills += 1
+            start_client()
+            next_kill = now + rng.expovariate(1 / args.kill_every)
+        if now >= next_sample:
+            control.put("sample")
+            next_sample = now + max(1.0, args.duration / 20)
+        for seed, p in list(clients.items()):
+            if not p.is_alive():  # a client that was not killed died: a failure to report
+                failed_clients.append((seed, p.exitcode))
+                clients.pop(seed)
+                start_client()
+        time.sleep(0.01)
+    for p in clients.values():
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+    while not results.empty():
+        _, _, ok = results.get()
+        verified += ok
+        bad += not ok
+    time.sleep(0.5)  # the server notices the last kills
+    control.put("stop")
+    stats = json.loads(q.get(timeout=60))
+    srv.join(10)
+    if srv.is_alive():
+        srv.kill()
+
+    samples = stats["samples"]
+    # The baseline is taken a quarter into the run: UCX's and NumPy's pools fill up first.
+    rss0, fd0 = samples[len(samples) // 4]
+    rss1, fd1 = samples[-1]
+    lost = bad + stats["corrupt"]
+    print(f"soak: {args.duration:.0f} s, {args.clients} clients, {kills} clients killed and replaced")
+    print(f"soak: {verified} echoes verified by clients, {stats['echoed']} messages checked and echoed by the server")
+    print(f"soak: data lost or corrupted: {lost}; clients that failed without being killed: {len(failed_clients)}")
+    print(f"soak: server RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB, open fds {fd0} -> {fd1} (from a quarter in)")
+    print("soak: RSS MiB over the run: " + " ".join(f"{r / 2**20:.0f}" for r, _ in samples))
+    problems = []
+    if lost:
+        problems.append(f"{lost} messages lost or corrupted")
+    if failed_clients:
+        problems.append(f"clients failed unprompted: {failed_clients[:5]}")
+    if verified == 0:
+        problems.append("no echo was verified: the soak tested nothing")
+    if rss1 > rss0 * (1 + args.max_rss_growth):
+        problems.append(f"server RSS grew by more than {args.max_rss_growth:.0%}")
+    if fd1 > fd0 + args.max_fd_growth:
+        problems.append(f"server fds grew by more than {args.max_fd_growth}")
+    if problems:
+        print("soak: FAILED: " + "; ".join(problems))
+        sys.exit(1)
+    print("soak: passed")
+
+
+if __name__ == "__main__":
+    main()
