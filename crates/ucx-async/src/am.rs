@@ -11,9 +11,6 @@ use std::task::Waker;
 use ucx_core::wire::am_header;
 use ucx_core::{AmMessage, MemoryType, RecvBuffer};
 
-/// UCX-Py's active-message handler id.
-pub(crate) const AM_ID: u16 = 0;
-
 /// Memory an active message is received into (host memory, or device memory from a CUDA
 /// allocator); `into_any` and `downcast` recover the allocator's type (`Vec<u8>` for host).
 pub trait AmBuffer: RecvBuffer + Send + 'static {

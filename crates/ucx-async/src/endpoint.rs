@@ -290,7 +290,7 @@ impl Endpoint {
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let header = am_header::encode(buf.memory_type().raw() as i32);
         let opts = AmSendOptions { reply: true, ..Default::default() };
-        let s = self.inner.core.am_send(crate::am::AM_ID, &header, buf, opts)?;
+        let s = self.inner.core.am_send(am_header::UCXPY_AM_ID, &header, buf, opts)?;
         Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
     }
 

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use ucx_core::{Context, Features, MemoryType, Result};
 
-use crate::am::{AmAllocator, AmRouter, AM_ID};
+use crate::am::{AmAllocator, AmRouter};
 use crate::reactor::{self, ProgressMode, Signals};
+use ucx_core::wire::am_header::UCXPY_AM_ID;
 
 /// A UCX worker driven by a reactor task on the current tokio runtime. Cheap to clone;
 /// endpoints, listeners and pending operations keep it alive, and the reactor stops when the
@@ -47,7 +48,7 @@ impl Worker {
         let am = Arc::new(AmRouter::default());
         if context.features().contains(Features::AM) {
             let router = am.clone();
-            core.set_am_handler(AM_ID, move |msg| router.deliver(msg))?;
+            core.set_am_handler(UCXPY_AM_ID, move |msg| router.deliver(msg))?;
         }
         let reactor = tokio::spawn(reactor::run(core.clone(), signals.clone(), mode));
         Ok(Worker { inner: Arc::new(WorkerInner { core, signals, am, reactor, mode }) })

@@ -11,9 +11,6 @@ use crate::engine::{lock, Engine, Meta, Name, Sink};
 use crate::errors::{self, Kind};
 use crate::target::{Outcome, Target};
 
-/// The handler id UCX-Py uses.
-pub(crate) const AM_ID: u16 = 0;
-
 /// Receives an arrived message into a freshly allocated object and routes it to its endpoint.
 pub(crate) fn deliver(engine: &Engine, py: Python<'_>, msg: AmMessage) {
     let Some(handle) = msg.reply_ep() else {

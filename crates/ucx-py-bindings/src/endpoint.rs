@@ -232,8 +232,9 @@ impl Endpoint {
         let name = self.name("AM send", None, data.len(), name);
         let out = AmOut { header: wire::am_header::encode(memory_type.raw() as i32), data };
         let options = AmSendOptions { reply: true, ..AmSendOptions::default() };
-        let submitted =
-            Owned::submit(Box::new(out), false, |o| ep.am_send(crate::am::AM_ID, &o.header, &o.data, options));
+        let submitted = Owned::submit(Box::new(out), false, |o| {
+            ep.am_send(wire::am_header::UCXPY_AM_ID, &o.header, &o.data, options)
+        });
         self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use ucx_core::{Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
+use ucx_core::{wire, Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
 
 use crate::buffer::PyBuf;
 use crate::context::Context;
@@ -34,7 +34,7 @@ impl Worker {
             let events = engine.events.clone();
             engine
                 .worker
-                .set_am_handler(crate::am::AM_ID, move |msg| lock(&events).am.push(msg))
+                .set_am_handler(wire::am_header::UCXPY_AM_ID, move |msg| lock(&events).am.push(msg))
                 .map_err(|e| errors::from_core(py, &e))?;
         }
         Ok(Worker { engine })

@@ -9,6 +9,9 @@
 
 use super::{exact, WireError};
 
+/// The active-message handler id UCX-Py sends to and receives on.
+pub const UCXPY_AM_ID: u16 = 0;
+
 /// Size of the header in bytes (`sizeof(int)`).
 pub const LEN: usize = 4;
 
