@@ -19,7 +19,8 @@ mod server_process;
 use accept_or_exit::accept_or_exit;
 use std::time::{Duration, Instant};
 
-use ucx_async::core::{Context, Result};
+use ucx_async::core::Context;
+use ucx_async::Result;
 use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, ProgressMode, Worker};
 
 #[derive(Clone)]
@@ -87,7 +88,7 @@ fn mode(name: &str) -> ProgressMode {
 
 fn context() -> Result<Context> {
     // Loopback only; shared memory with peer-failure handling (see the README).
-    Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()
+    Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
 }
 
 const WARMUP: usize = 1000;
@@ -286,7 +287,8 @@ mod oob {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    use ucx_async::core::{Result, WorkerAddress};
+    use ucx_async::core::WorkerAddress;
+    use ucx_async::Result;
     use ucx_async::{ConnectOptions, Endpoint, Tags, Worker};
 
     fn tags(server: bool) -> Tags {

@@ -15,18 +15,19 @@ use accept_or_exit::accept_or_exit;
 use round_trips::{iters_for, WARMUP};
 use std::time::{Duration, Instant};
 
-use ucx_async::core::{Context, Result};
+use ucx_async::core::Context;
+use ucx_async::Result;
 use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
 
 const SIZES: &[usize] = &[8, 1024, 65_536, 1 << 20];
 
 fn context() -> Result<Context> {
-    Context::builder()
+    Ok(Context::builder()
         // Loopback only: keep UCX's network transports on `lo`.
         .option("NET_DEVICES", "lo")
         // Shared memory needs this to serve endpoints with peer-failure handling.
         .option("MM_ERROR_HANDLING", "y")
-        .build()
+        .build()?)
 }
 
 async fn server(mode: ProgressMode, iters: usize) -> Result<()> {

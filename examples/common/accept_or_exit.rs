@@ -2,7 +2,7 @@
 //! parent was killed), so no server is left waiting forever.
 use std::time::Duration;
 
-use ucx_async::core::Result;
+use ucx_async::Result;
 use ucx_async::{Endpoint, Listener};
 
 /// How long a server process waits for its client.

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, Error, MemoryType, RecvBuffer, Result, SendBuffer, Status, WorkerAddress,
-    FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, RecvBuffer, SendBuffer, WorkerAddress, FULL_MASK,
 };
 
 use crate::am::{header_memory_type, AmBuffer};
+use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
 use crate::op::{Completes, CompletesOwned};
@@ -203,10 +203,17 @@ impl Endpoint {
         self.inner.state.check("Endpoint::status")
     }
 
+    /// A UCX error of an operation on this endpoint, by cause: once the endpoint is down, why
+    /// it went down (closed by either side, or the peer's failure), else UCX's error.
+    fn cause(&self, op: &'static str, e: ucx_core::Error) -> Error {
+        match self.inner.state.check(op) {
+            Err(down) => down,
+            Ok(()) => Error::Ucx(e),
+        }
+    }
+
     fn msg_tags(&self, op: &'static str) -> Result<Tags> {
-        self.inner.tags.ok_or_else(|| {
-            Error::with_detail(op, Status::InvalidParam, "endpoint has no tags (worker address): use send_tag/recv_tag")
-        })
+        self.inner.tags.ok_or_else(|| Error::NoTags { op })
     }
 
     /// Sends `buf` as one message on the endpoint's tag.
@@ -236,7 +243,11 @@ impl Endpoint {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let s = self.inner.core.tag_send(buf, tag)?;
-        Completes::new(s, &self.inner.worker.inner.signals).sized(buf.byte_len()).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals)
+            .sized(buf.byte_len())
+            .await
+            .map(drop)
+            .map_err(|e| self.cause("Endpoint::send_tag", e))
     }
 
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
@@ -291,7 +302,10 @@ impl Endpoint {
         let header = am_header::encode(buf.memory_type().raw() as i32);
         let opts = AmSendOptions { reply: true, ..Default::default() };
         let s = self.inner.core.am_send(am_header::UCXPY_AM_ID, &header, buf, opts)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals)
+            .await
+            .map(drop)
+            .map_err(|e| self.cause("Endpoint::am_send", e))
     }
 
     /// Receives the next active message the peer sent with [`Endpoint::am_send`], in a buffer
@@ -304,11 +318,7 @@ impl Endpoint {
         let mt = if msg.is_rendezvous() { header_memory_type(msg.header()) } else { MemoryType::Host };
         let len = msg.data_len();
         let Some(mut buf) = router.allocate(mt, len) else {
-            return Err(Error::with_detail(
-                "Endpoint::am_recv",
-                Status::Unsupported,
-                format!("no active-message allocator registered for {mt:?} memory"),
-            ));
+            return Err(Error::NoAllocator { memory_type: mt });
         };
         let s = msg.recv_into(&mut *buf)?.on_endpoint(&self.inner.core);
         Completes::new(s, &self.inner.worker.inner.signals).await?;
@@ -319,7 +329,7 @@ impl Endpoint {
     /// Unpacks a peer's packed remote key (from `ucx_core::MemoryHandle::pack_rkey`) for
     /// [`Endpoint::put`] and [`Endpoint::get`].
     pub fn unpack_rkey(&self, packed: &[u8]) -> Result<ucx_core::RemoteKey> {
-        self.inner.core.unpack_rkey(packed)
+        Ok(self.inner.core.unpack_rkey(packed)?)
     }
 
     /// Writes `buf` into the peer's registered memory at `remote_addr` (one-sided).
@@ -332,7 +342,7 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::put")?;
         let s = self.inner.core.put(buf, remote_addr, rkey)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(drop).map_err(|e| self.cause("Endpoint::put", e))
     }
 
     /// Reads the peer's registered memory at `remote_addr` into `buf` (one-sided).
@@ -344,14 +354,18 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::get")?;
         let s = self.inner.core.get(buf, remote_addr, rkey)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals).await.map(drop).map_err(|e| self.cause("Endpoint::get", e))
     }
 
     /// Sends `buf` on the endpoint's stream.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
         let s = self.inner.core.stream_send(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals).sized(buf.byte_len()).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals)
+            .sized(buf.byte_len())
+            .await
+            .map(drop)
+            .map_err(|e| self.cause("Endpoint::stream_send", e))
     }
 
     /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream.
@@ -359,13 +373,20 @@ impl Endpoint {
         self.inner.state.check("Endpoint::stream_recv")?;
         let bytes = buf.byte_len();
         let s = self.inner.core.stream_recv(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals).sized(bytes).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals)
+            .sized(bytes)
+            .await
+            .map(drop)
+            .map_err(|e| self.cause("Endpoint::stream_recv", e))
     }
 
     /// Completes every operation issued so far, remotely.
     pub async fn flush(&self) -> Result<()> {
         let s = self.inner.core.flush()?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(|_| ())
+        Completes::new(s, &self.inner.worker.inner.signals)
+            .await
+            .map(drop)
+            .map_err(|e| self.cause("Endpoint::flush", e))
     }
 
     /// Closes gracefully: tells a UCX-Py-speaking peer (control message with our send count,
@@ -389,7 +410,7 @@ impl Endpoint {
         let s = self.inner.core.close(mode)?;
         let r = Completes::new(s, &self.inner.worker.inner.signals).await;
         // A flush towards a peer that vanished meanwhile fails; the endpoint is released anyway.
-        r.map(|_| ()).or_else(|e| if mode == CloseMode::Flush { Ok(()) } else { Err(e) })
+        r.map(|_| ()).or_else(|e| if mode == CloseMode::Flush { Ok(()) } else { Err(e.into()) })
     }
 
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX

@@ -7,7 +7,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use ucx_core::wire::{self, Flavour, PeerInfo, UcxxPeerInfo};
-use ucx_core::{CloseMode, Error, Result, Status};
+use ucx_core::CloseMode;
+
+use crate::error::{Error, Result};
 
 use crate::op::Completes;
 use crate::reactor::Signals;
@@ -43,13 +45,13 @@ async fn bounded(
 ) -> Result<()> {
     tokio::pin!(fut);
     match tokio::time::timeout(timeout, &mut fut).await {
-        Ok(r) => r.map(|_| ()),
+        Ok(r) => r.map(drop).map_err(Error::from),
         Err(_) => {
             if let Ok(close) = ep.close(CloseMode::Force) {
                 let _ = Completes::new(close, signals).await;
             }
             let _ = fut.await;
-            Err(Error::with_detail("handshake", Status::TimedOut, format!("{what} took longer than {timeout:?}")))
+            Err(Error::HandshakeTimeout { step: what, after: timeout })
         }
     }
 }
@@ -135,5 +137,5 @@ pub(crate) async fn client(ep: &ucx_core::Endpoint, signals: &Signals, timeout: 
 }
 
 fn wire_error(e: wire::WireError) -> Error {
-    Error::with_detail("handshake", Status::InvalidParam, e.to_string())
+    Error::Protocol { op: "handshake", detail: e.to_string() }
 }

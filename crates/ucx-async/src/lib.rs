@@ -10,6 +10,8 @@
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
+//! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
+//!   handshake timeout, protocol violation, or UCX's own error); [`Result`].
 //!
 //! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -17,6 +19,7 @@
 
 mod am;
 mod endpoint;
+mod error;
 mod handshake;
 mod listener;
 mod liveness;
@@ -26,6 +29,7 @@ mod worker;
 
 pub use am::{AmAllocator, AmBuffer};
 pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
+pub use error::{Error, Result};
 pub use handshake::Tags;
 pub use listener::{Incoming, Listener};
 pub use reactor::ProgressMode;

@@ -9,7 +9,9 @@ use futures_core::Stream;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinSet;
 use ucx_core::wire::Flavour;
-use ucx_core::{ConnRequest, Error, Result, Status};
+use ucx_core::{ConnRequest, Status};
+
+use crate::error::{Error, Result};
 
 use crate::endpoint::{ConnectOptions, Endpoint};
 use crate::worker::Worker;
@@ -53,7 +55,7 @@ impl Listener {
     pub async fn accept(&self) -> Result<Endpoint> {
         let req = self.requests.lock().await.recv().await;
         let Some(req) = req else {
-            return Err(Error::with_detail("Listener::accept", Status::Canceled, "the listener is closed"));
+            return Err(Error::ListenerClosed);
         };
         Endpoint::accept(&self.worker, req, self.flavour, self.options).await
     }
@@ -112,11 +114,11 @@ impl Stream for Incoming<'_> {
         }
         match this.handshakes.poll_join_next(cx) {
             Poll::Ready(Some(Ok(result))) => Poll::Ready(Some(result)),
-            Poll::Ready(Some(Err(join))) => Poll::Ready(Some(Err(Error::with_detail(
+            Poll::Ready(Some(Err(join))) => Poll::Ready(Some(Err(Error::Ucx(ucx_core::Error::with_detail(
                 "Listener::incoming",
                 Status::Canceled,
                 format!("the handshake task ended abnormally: {join}"),
-            )))),
+            ))))),
             Poll::Ready(None) if closed => Poll::Ready(None),
             _ => Poll::Pending,
         }

@@ -9,23 +9,26 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use ucx_core::wire::CtrlMsg;
-use ucx_core::{AmMessage, Error, Result, Status, FULL_MASK};
+use ucx_core::{AmMessage, Status, FULL_MASK};
+
+use crate::error::{Error, Result};
 
 use crate::am::AmRouter;
 use crate::op::{Cancel, Completes};
 use crate::reactor::Signals;
 use crate::worker::Worker;
 
-/// Why an endpoint stopped: still up, closed (by us or by the peer's control message), or
-/// failed with a UCX status.
+/// Why an endpoint stopped: still up, closed by us, closed by the peer (its control message),
+/// or failed with a UCX status (negative).
 pub(crate) const UP: i8 = 0;
 pub(crate) const CLOSED: i8 = 1;
+pub(crate) const CLOSED_BY_PEER: i8 = 2;
 
 /// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
 /// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
 #[derive(Default)]
 pub(crate) struct EpState {
-    /// UP, CLOSED, or a negative UCX status.
+    /// UP, CLOSED, CLOSED_BY_PEER, or a negative UCX status.
     pub(crate) down: AtomicI8,
     pub(crate) sends: AtomicU64,
     pub(crate) finished_recvs: AtomicU64,
@@ -61,15 +64,16 @@ impl EpState {
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
         match self.down.load(Ordering::Acquire) {
             UP => Ok(()),
-            CLOSED => Err(Error::with_detail(op, Status::Canceled, "the endpoint was closed")),
-            raw => Err(Error::with_detail(op, status_of(raw), "the peer failed")),
+            CLOSED => Err(Error::Closed { op }),
+            CLOSED_BY_PEER => Err(Error::ClosedByPeer { op }),
+            raw => Err(Error::PeerFailed { op, status: status_of(raw) }),
         }
     }
 
     pub(crate) fn recv_finished(&self) {
         let n = self.finished_recvs.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= self.close_after.load(Ordering::Acquire) {
-            self.go_down(CLOSED);
+            self.go_down(CLOSED_BY_PEER);
         }
     }
 
@@ -113,7 +117,7 @@ impl<'s, F> Watched<'s, F> {
     }
 }
 
-impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
+impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin> Future for Watched<'_, F> {
     type Output = Result<ucx_core::Completion>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
@@ -126,9 +130,9 @@ impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future f
             match Pin::new(&mut this.fut).poll(cx) {
                 Poll::Ready(Ok(c)) => return Poll::Ready(Ok(c)),
                 Poll::Ready(Err(e)) if e.is_canceled() => {
-                    return Poll::Ready(this.state.check("Endpoint::recv").and(Err(e)))
+                    return Poll::Ready(this.state.check("Endpoint::recv").and(Err(e.into())))
                 }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
                 Poll::Pending => {}
             }
             // Only a receive that has to wait registers (most complete in their first poll),
@@ -143,7 +147,7 @@ impl<F: Future<Output = Result<ucx_core::Completion>> + Cancel + Unpin> Future f
                 // If even that leaves it running (a multi-fragment eager message, matched
                 // before its sender died: UCX keeps the receive for fragments that will never
                 // come), the receive is abandoned and fails with the peer's error.
-                let failed = !matches!(this.state.down.load(Ordering::Acquire), UP | CLOSED);
+                let failed = !matches!(this.state.down.load(Ordering::Acquire), UP | CLOSED | CLOSED_BY_PEER);
                 if failed {
                     if let Some(ep) = this.ep.take() {
                         ep.force_close_now();
@@ -187,7 +191,7 @@ pub(crate) async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
             tracing::debug!(n = m.close_after_n_recv, "ucx-async: peer is closing");
             state.close_after.store(m.close_after_n_recv, Ordering::Release);
             if state.finished_recvs.load(Ordering::Acquire) >= m.close_after_n_recv {
-                state.go_down(CLOSED);
+                state.go_down(CLOSED_BY_PEER);
             }
         }
         Ok(m) => eprintln!("ucx-async: received unknown control opcode: {}", m.opcode),
@@ -215,12 +219,8 @@ impl Future for AmWait<'_> {
         if let Some(m) = this.router.take(this.ep, cx.waker()) {
             return Poll::Ready(Ok(m));
         }
-        if this.state.down.load(Ordering::Acquire) != UP {
-            return Poll::Ready(Err(Error::with_detail(
-                "Endpoint::am_recv",
-                Status::Canceled,
-                "While waiting for am_recv the endpoint was closed",
-            )));
+        if let Err(e) = this.state.check("Endpoint::am_recv") {
+            return Poll::Ready(Err(e));
         }
         Poll::Pending
     }

@@ -2,7 +2,9 @@
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
-use ucx_core::{Context, Features, MemoryType, Result};
+use ucx_core::{Context, Features, MemoryType};
+
+use crate::error::Result;
 
 use crate::am::{AmAllocator, AmRouter};
 use crate::reactor::{self, ProgressMode, Signals};

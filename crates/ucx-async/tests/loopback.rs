@@ -112,12 +112,18 @@ async fn peer_close_fails_pending_receives_promptly() {
     server.close().await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap();
     let e = r.unwrap_err();
+    assert!(matches!(e, ucx_async::Error::ClosedByPeer { .. }), "{e:?}");
     assert_eq!(e.status(), Status::Canceled, "{e}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert!(client.status().is_err());
     // Later receives fail at once with the same cause.
     let mut buf = [0u8; 8];
-    assert_eq!(client.recv(&mut buf).await.unwrap_err().status(), Status::Canceled);
+    let e = client.recv(&mut buf).await.unwrap_err();
+    assert!(matches!(e, ucx_async::Error::ClosedByPeer { .. }), "{e:?}");
+    // The side that closed sees its own close, not the peer's.
+    let e = server.recv(&mut buf).await.unwrap_err();
+    assert!(matches!(e, ucx_async::Error::Closed { .. }), "{e:?}");
+    assert!(e.is_disconnect());
 }
 
 #[tokio::test]
@@ -146,7 +152,8 @@ async fn peer_failure_fails_pending_receives_and_spares_other_endpoints() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     server.abort(); // no control message: the client learns through UCX's error handling
     let e = tokio::time::timeout(Duration::from_secs(10), pending).await.expect("prompt").unwrap().unwrap_err();
-    assert!(matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout | Status::Canceled), "{e}");
+    assert!(matches!(e, ucx_async::Error::PeerFailed { .. }), "{e:?}");
+    assert!(matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout), "{e}");
     other_client.send(b"still fine").await.unwrap();
     let mut b = [0u8; 10];
     other_server.recv(&mut b).await.unwrap();
@@ -165,6 +172,7 @@ async fn handshake_timeout_is_an_error_not_a_hang() {
         .await
         .expect("connect returned");
     let e = r.unwrap_err();
+    assert!(matches!(e, ucx_async::Error::HandshakeTimeout { .. }), "{e:?}");
     assert_eq!(e.status(), Status::TimedOut, "{e}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
 }

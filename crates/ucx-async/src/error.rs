@@ -1,0 +1,133 @@
+//! ucx-async's error: each variant names a cause a caller may act on differently (this side
+//! closed the endpoint, the peer closed it, the peer failed, the handshake timed out, the peer
+//! broke the protocol), and everything else UCX reports passes through as [`Error::Ucx`].
+use std::fmt;
+use std::time::Duration;
+
+use ucx_core::{MemoryType, Status};
+
+/// What went wrong with an ucx-async operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// This side closed the endpoint ([`crate::Endpoint::close`] or a drop) before or while
+    /// the operation ran.
+    Closed {
+        /// The operation, e.g. `"Endpoint::recv"`.
+        op: &'static str,
+    },
+    /// The peer closed the endpoint (UCX-Py's close protocol): everything it sent before has
+    /// been received, and nothing more will come.
+    ClosedByPeer {
+        /// The operation.
+        op: &'static str,
+    },
+    /// The peer failed: its process ended, the connection was reset, or keepalive timed out.
+    PeerFailed {
+        /// The operation.
+        op: &'static str,
+        /// How UCX reported it (`ConnectionReset`, `EndpointTimeout`, ...).
+        status: Status,
+    },
+    /// The connection handshake did not finish in time.
+    HandshakeTimeout {
+        /// Which step was waiting.
+        step: &'static str,
+        /// The limit that passed.
+        after: Duration,
+    },
+    /// The peer sent bytes that break the protocol (a handshake or control message that does
+    /// not decode).
+    Protocol {
+        /// Where.
+        op: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The endpoint was made from a worker address without tags, so the operation that uses
+    /// the endpoint's own tags has none.
+    NoTags {
+        /// The operation.
+        op: &'static str,
+    },
+    /// An active message arrived in memory of a type no allocator is registered for.
+    NoAllocator {
+        /// The message's memory type.
+        memory_type: MemoryType,
+    },
+    /// The listener was closed.
+    ListenerClosed,
+    /// An error UCX (or ucx-core) reported.
+    Ucx(ucx_core::Error),
+}
+
+/// `Result` with ucx-async's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The nearest UCX status, for callers that only look at statuses: `Canceled` for a close
+    /// by either side and a closed listener, `TimedOut` for the handshake, `InvalidParam` for
+    /// protocol errors and missing tags, `Unsupported` for a missing allocator.
+    pub fn status(&self) -> Status {
+        match self {
+            Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::ListenerClosed => Status::Canceled,
+            Error::PeerFailed { status, .. } => *status,
+            Error::HandshakeTimeout { .. } => Status::TimedOut,
+            Error::Protocol { .. } | Error::NoTags { .. } => Status::InvalidParam,
+            Error::NoAllocator { .. } => Status::Unsupported,
+            Error::Ucx(e) => e.status(),
+        }
+    }
+
+    /// Whether the endpoint is gone (closed by either side, or its peer failed): retrying on
+    /// it is pointless.
+    pub fn is_disconnect(&self) -> bool {
+        matches!(self, Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Closed { op } => write!(f, "{op}: the endpoint was closed"),
+            Error::ClosedByPeer { op } => write!(f, "{op}: the peer closed the endpoint"),
+            Error::PeerFailed { op, status } => write!(f, "{op}: {status} (the peer failed)"),
+            Error::HandshakeTimeout { step, after } => write!(f, "handshake: {step} took longer than {after:?}"),
+            Error::Protocol { op, detail } => write!(f, "{op}: protocol violation: {detail}"),
+            Error::NoTags { op } => {
+                write!(f, "{op}: endpoint has no tags (worker address): use send_tag/recv_tag")
+            }
+            Error::NoAllocator { memory_type } => {
+                write!(f, "Endpoint::am_recv: no allocator registered for {memory_type:?} memory")
+            }
+            Error::ListenerClosed => write!(f, "Listener::accept: the listener is closed"),
+            Error::Ucx(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Ucx(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ucx_core::Error> for Error {
+    fn from(e: ucx_core::Error) -> Error {
+        Error::Ucx(e)
+    }
+}
+
+/// For code that keeps `ucx_core::Result`: the cause becomes the nearest status, with the
+/// message as its detail.
+impl From<Error> for ucx_core::Error {
+    fn from(e: Error) -> ucx_core::Error {
+        match e {
+            Error::Ucx(e) => e,
+            other => ucx_core::Error::with_detail("ucx-async", other.status(), other.to_string()),
+        }
+    }
+}
