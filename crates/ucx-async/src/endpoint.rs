@@ -213,7 +213,7 @@ impl Endpoint {
     }
 
     fn msg_tags(&self, op: &'static str) -> Result<Tags> {
-        self.inner.tags.ok_or_else(|| Error::NoTags { op })
+        self.inner.tags.ok_or(Error::NoTags { op })
     }
 
     /// Sends `buf` as one message on the endpoint's tag.
