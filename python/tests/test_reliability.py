@@ -197,3 +197,53 @@ def test_dask_max_message_size_setting():
     with dask.config.set({"ucxa.max-message-size": "-1"}):
         with pytest.raises(ValueError, match="max-message-size"):
             dask_comm._max_message_size()
+
+
+_LISTEN_ON_LOOPBACK = r"""
+import asyncio, os, socket
+import ucp
+
+def listening_addresses():
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for row in list(f)[1:]:
+                cols = row.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # LISTEN, ours
+                    out.add(cols[1].split(":")[0])
+    return out
+
+async def main():
+    lf = ucp.create_listener(lambda ep: None, ip="127.0.0.1")
+    print(ucp.get_config()["NET_DEVICES"])
+    print(sorted(listening_addresses()))
+    lf.close()
+
+asyncio.run(main())
+"""
+
+
+def test_listener_ip_limits_ucx_devices_to_its_interface():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "UCX_NET_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", _LISTEN_ON_LOOPBACK], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    devices, addresses = out.stdout.splitlines()[-2:]
+    assert devices == "lo", out.stdout
+    # /proc/net/tcp writes 127.0.0.1 as 0100007F; no socket of the process listens elsewhere.
+    assert set(eval(addresses)) <= {"0100007F"}, addresses
+
+
+def test_interface_of():
+    from ucp.utils import interface_of
+
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("0.0.0.0") is None

@@ -28,7 +28,7 @@ from ._libs.exceptions import (
     UCXError,
 )
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode, others_ready, spin_us
-from .utils import get_event_loop, hash64bits
+from .utils import get_event_loop, hash64bits, interface_of
 
 logger = logging.getLogger("ucx")
 
@@ -871,6 +871,18 @@ def register_am_allocator(allocator, allocator_type):
 
 
 def create_listener(callback_func, port=None, endpoint_error_handling=True, ip=None, wire_protocol=None):
+    """A listener on ``port`` (any free port if None) of ``ip`` (every IPv4 address if None).
+
+    When ``ip`` names one address and this call creates the global context, UCX's network
+    transports are limited to the interface that owns it (``NET_DEVICES``), unless
+    ``UCX_NET_DEVICES`` is set: otherwise UCX's tcp transport would also listen on every other
+    interface. A context created earlier (``init()``, an endpoint) keeps its devices."""
+    global _ctx
+    if _ctx is None and ip and "UCX_NET_DEVICES" not in os.environ:
+        device = interface_of(ip)
+        if device is not None:
+            logger.debug("create_listener(ip=%s): UCX_NET_DEVICES=%s", ip, device)
+            _ctx = ApplicationContext({"NET_DEVICES": device})
     return _get_ctx().create_listener(
         callback_func,
         port,

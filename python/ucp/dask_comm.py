@@ -36,6 +36,7 @@ from distributed.utils import ensure_ip, get_ip
 
 import ucp
 from ucp.continuous_ucx_progress import set_spin_us
+from ucp.utils import interface_of
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ def _max_message_size():
     return size
 
 
-def _init_ucx():
-    """Initialises UCX in this process once, with the ``ucxa`` Dask config."""
+def _init_ucx(host=None):
+    """Initialises UCX in this process once, with the ``ucxa`` Dask config. A listener's
+    ``host`` limits UCX's network devices to its interface unless ``ucxa.net-devices`` or
+    ``UCX_NET_DEVICES`` says otherwise (UCX's tcp transport listens on every device it uses)."""
     _make_host_pool()
     if ucp.core._ctx is not None:
         return
@@ -101,6 +104,10 @@ def _init_ucx():
             options[name] = str(value)
     for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
         options[str(name).upper().replace("-", "_").removeprefix("UCX_")] = str(value)
+    if host and "NET_DEVICES" not in options and "UCX_NET_DEVICES" not in os.environ:
+        device = interface_of(host)
+        if device is not None:
+            options["NET_DEVICES"] = device
     ucp.init(options, env_takes_precedence=True)
 
 
@@ -241,7 +248,7 @@ class UCXAListener(BaseListener):
         self._listener = None
 
     async def start(self):
-        _init_ucx()
+        _init_ucx(ensure_ip(self._host) if self._host else None)
 
         async def serve(ep):
             if self._listener is None:

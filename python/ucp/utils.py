@@ -139,3 +139,35 @@ def run_with_server(server_process, client, finish=30.0):
         stop(server_process)
     if server_process.exitcode:
         raise SystemExit(f"the server process failed (exit code {server_process.exitcode})")
+
+
+def interface_of(ip):
+    """The name of the network interface that owns address `ip` (IPv4: its primary address;
+    IPv6: any), or None for a wildcard address or one no interface owns."""
+    import fcntl
+    import ipaddress
+    import struct
+
+    addr = ipaddress.ip_address(ip)
+    if addr.is_unspecified:
+        return None
+    if addr.version == 6:
+        try:
+            with open("/proc/net/if_inet6") as f:
+                for line in f:
+                    fields = line.split()
+                    if ipaddress.ip_address(int(fields[0], 16)) == addr:
+                        return fields[-1]
+        except OSError:
+            pass
+        return None
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name[:15].encode()))
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(packed[20:24]) == str(addr):
+                return name
+    return None
