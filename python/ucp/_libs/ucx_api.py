@@ -5,8 +5,11 @@ Objects: ``UCXContext``, ``UCXWorker``, ``UCXEndpoint``, ``UCXListener``, ``UCXA
 ``stream_recv_nb``, ``am_send_nbx``, ``am_recv_nb``. Each returns ``None`` when UCX finished
 inline (and then does not call the callback), else a ``UCXRequest``; the callback is called as
 ``cb_func(request, exception, *cb_args, **cb_kwargs)`` (``am_recv_nb``: ``(obj, exception,
-...)``) from within ``UCXWorker.progress()``. RMA (memory handles, remote keys, ``UCXIO``) is
-not provided yet.
+...)``) from within ``UCXWorker.progress()``. RMA: ``UCXContext.alloc``/``map`` give a
+``UCXMemoryHandle`` whose ``PackedRemoteKey`` a peer unpacks into a ``UCXRkey``
+(``UCXEndpoint.unpack_rkey``) for ``put_nb``/``get_nb`` (``put_nbi``/``get_nbi`` without a
+callback), and ``RemoteMemory`` and the file-like ``UCXIO`` do the same over a bounded range of
+the peer's memory.
 """
 import enum
 import io
