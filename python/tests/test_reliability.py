@@ -247,3 +247,23 @@ def test_interface_of():
 
     assert interface_of("127.0.0.1") == "lo"
     assert interface_of("0.0.0.0") is None
+
+
+def test_closing_an_endpoint_drops_its_unread_messages(progress_mode):
+    """A peer's sends nobody will receive (the endpoint is closed) leave UCX's unexpected
+    queue when the endpoint closes."""
+
+    async def main():
+        lf, client, server = await pair()
+        tag = server._tags["msg_recv"]
+        for _ in range(1000):
+            await client.send(np.ones(4096, dtype="u1"))
+        await asyncio.sleep(0.1)
+        worker = server._worker
+        assert worker.tag_probe(tag), "the flood should be waiting in UCX's queue"
+        server.abort()
+        assert not worker.tag_probe(tag), "the closed endpoint's messages are still queued"
+        client.abort()
+        lf.close()
+
+    run(main())

@@ -501,7 +501,15 @@ class Endpoint:
             logger.debug("Endpoint.abort(): %s", hex(self.uid))
             # Let go of the context even when the close fails (and raises): a caller that
             # keeps the exception, and so this frame, must not keep the context in use.
-            ep.close()
+            try:
+                ep.close()
+            finally:
+                # Messages on this endpoint's own tags can no longer be received: drop them,
+                # or a peer's unread sends stay in UCX's unexpected queue for good.
+                for key in ("msg_recv", "ctrl_recv"):
+                    tag = (self._tags or {}).get(key)
+                    if tag is not None:
+                        self._worker.purge_unexpected(tag)
 
     async def close(self):
         """Tells the peer to close after it has received everything sent so far, then closes."""

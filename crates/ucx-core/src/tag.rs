@@ -87,7 +87,7 @@ impl Worker {
 }
 
 /// A message removed from the worker's queue by [`Worker::tag_probe_take`]. It must be
-/// received; dropping it receives it into a scratch buffer and discards it.
+/// received; dropping it discards it ([`ProbedMessage::discard_within`], one second).
 pub struct ProbedMessage {
     handle: sys::ucp_tag_message_h,
     info: ProbeInfo,
@@ -101,6 +101,28 @@ impl ProbedMessage {
     /// Its length and tag.
     pub fn info(&self) -> ProbeInfo {
         self.info
+    }
+
+    /// Receives it into scratch memory and drops it, progressing the worker for up to
+    /// `limit`. A message not received by then (a rendezvous whose sender is gone never is)
+    /// is left to UCX with its scratch memory, which is freed if UCX ever finishes; nothing
+    /// waits for it. Returns whether it was received.
+    pub fn discard_within(self, limit: std::time::Duration) -> bool {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: read out once; `this` is not used or dropped again.
+        let worker = unsafe { std::ptr::read(&this.worker) };
+        let (handle, len) = (this.handle, this.info.length);
+        let submitted = crate::Owned::submit(Box::new(vec![0u8; len]), false, |scratch| {
+            // SAFETY: handle is an unreceived probed message of `worker`, received only here;
+            // the scratch buffer is owned by the operation until UCX is done with it.
+            unsafe { recv_probed(&worker, handle, &mut scratch[..]) }
+        });
+        let Ok(op) = submitted else { return false };
+        let deadline = std::time::Instant::now() + limit;
+        while !op.is_complete() && std::time::Instant::now() < deadline {
+            worker.progress();
+        }
+        op.is_complete()
     }
 
     /// Receives it into `buf` (`ucp_tag_msg_recv_nbx`).
@@ -132,12 +154,9 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
 
 impl Drop for ProbedMessage {
     fn drop(&mut self) {
-        let mut scratch = vec![0u8; self.info.length];
-        // SAFETY: the message was probed with removal and not received.
-        let submitted = unsafe { recv_probed(&self.worker, self.handle, &mut scratch[..]) };
-        if let Ok(s) = submitted {
-            let _ = s.wait();
-        }
+        // A copy takes over the message (discard_within consumes it without dropping it).
+        let this = ProbedMessage { handle: self.handle, info: self.info, worker: self.worker.clone() };
+        this.discard_within(std::time::Duration::from_secs(1));
     }
 }
 

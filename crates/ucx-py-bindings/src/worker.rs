@@ -17,6 +17,9 @@ use crate::engine::{lock, Engine, EpShared, Meta, Name};
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
 
+/// The most messages one `purge_unexpected` call drops.
+const PURGE_LIMIT: usize = 1 << 20;
+
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
     pub(crate) engine: Arc<Engine>,
@@ -142,6 +145,24 @@ impl Worker {
     /// Whether a message with exactly `tag` has arrived and waits unclaimed.
     fn tag_probe(&self, tag: u64) -> bool {
         self.engine.worker.tag_probe(tag, FULL_MASK).is_some()
+    }
+
+    /// Receives and drops the messages with exactly `tag` that arrived and wait unclaimed (a
+    /// closed endpoint's, which nobody can receive any more): without this they stay in UCX's
+    /// unexpected queue for the worker's life. Each is given up to 100 ms; one not done by
+    /// then (a rendezvous whose sender is gone) is left to UCX. Returns how many.
+    fn purge_unexpected(&self, py: Python<'_>, tag: u64) -> usize {
+        let worker = &self.engine.worker;
+        py.allow_threads(|| {
+            let mut n = 0;
+            // Bounded: a peer that keeps sending must not keep us here.
+            while n < PURGE_LIMIT {
+                let Some(msg) = worker.tag_probe_take(tag, FULL_MASK) else { break };
+                msg.discard_within(std::time::Duration::from_millis(100));
+                n += 1;
+            }
+            n
+        })
     }
 
     /// Receives a message with `tag` (under `mask`) into `buffer`, which it must fill exactly.
