@@ -49,18 +49,27 @@ _host_pool = None
 _allocate_host_frame = host_array
 
 
-def _make_host_pool():
-    """Makes this process's receive pool once, sized by ``ucxa.host-pool-size`` (0: none)."""
-    global _host_pool, _allocate_host_frame
-    if _host_pool is not None:
-        return
-    value = dask.config.get(f"{SCHEME}.host-pool-size", default="256 MiB")
+def _config_size(key, default):
+    """The ``ucxa.<key>`` setting as a number of bytes >= 0 (``"256 MiB"`` style allowed), or
+    ``default`` when unset."""
+    value = dask.config.get(f"{SCHEME}.{key}", default=None)
+    if value is None:
+        return default
     try:
         size = parse_bytes(value)
         if size < 0:
             raise ValueError("negative")
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{SCHEME}.host-pool-size: expected a size in bytes >= 0, got {value!r}") from e
+        raise ValueError(f"{SCHEME}.{key}: expected a size in bytes >= 0, got {value!r}") from e
+    return size
+
+
+def _make_host_pool():
+    """Makes this process's receive pool once, sized by ``ucxa.host-pool-size`` (0: none)."""
+    global _host_pool, _allocate_host_frame
+    if _host_pool is not None:
+        return
+    size = _config_size("host-pool-size", 256 << 20)
     if size:
         pool = _host_pool = ucp.HostPool(size)
         _allocate_host_frame = lambda n: memoryview(pool.allocate(n))  # noqa: E731
@@ -70,17 +79,8 @@ def _make_host_pool():
 
 def _max_message_size():
     """``ucxa.max-message-size`` (bytes or e.g. ``"8 GiB"``): the largest message a comm
-    accepts from its peer; default ``ucp.core.default_max_message_size()`` (physical memory)."""
-    value = dask.config.get(f"{SCHEME}.max-message-size", default=None)
-    if value is None:
-        return None
-    try:
-        size = parse_bytes(value)
-        if size < 0:
-            raise ValueError("negative")
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{SCHEME}.max-message-size: expected a size in bytes >= 0, got {value!r}") from e
-    return size
+    accepts from its peer; None (unset): ``ucp.core.default_max_message_size()``."""
+    return _config_size("max-message-size", None)
 
 
 def _init_ucx(host=None):

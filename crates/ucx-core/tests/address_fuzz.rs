@@ -6,27 +6,11 @@
 //! Cases per run: `UCX_FUZZ_CASES` (default 20 000; `scripts/fuzz.sh` runs 1 000 000).
 //! Endpoints are created only for accepted inputs, on a context limited to shared memory and
 //! `self`, so no fuzzed address can make UCX open a network connection.
+#[path = "common/fuzz.rs"]
+mod fuzz;
+use fuzz::{cases, Rng};
 use ucx_core::wire::worker_address::{validate, AddressError};
 use ucx_core::*;
-
-/// xorshift64*: a reproducible stream of random numbers without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn cases() -> usize {
-    std::env::var("UCX_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
-}
 
 fn context(version: &str, tls: &str) -> Context {
     Context::builder()

@@ -3,31 +3,10 @@
 //! Worker addresses have their own test (`address_fuzz.rs`, which also creates endpoints).
 //!
 //! Cases per decoder: `UCX_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
+#[path = "common/fuzz.rs"]
+mod fuzz;
+use fuzz::{cases, Rng};
 use ucx_core::wire::{am_header, ctrl::CtrlMsg, detect, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Random bytes, mostly near `typical` long (the fixed sizes), sometimes anything.
-    fn bytes(&mut self, typical: usize) -> Vec<u8> {
-        let len = match self.next() % 4 {
-            0 => (self.next() % 64) as usize,
-            _ => typical,
-        };
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
-
-fn cases() -> usize {
-    std::env::var("UCX_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
-}
 
 #[test]
 fn decoders_never_panic_and_round_trip() {
