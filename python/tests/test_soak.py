@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_soak_short_form_loses_nothing():
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "soak.py"), "--duration", "10", "--clients", "3",
-         "--max-rss-growth", "1.0", "--max-fd-growth", "64"],
+         "--max-rss-growth", "1.0", "--max-fd-growth", "64", "--kill-every", "1.0"],
         capture_output=True, text=True, timeout=180,
     )
     report = "\n".join(line for line in out.stdout.splitlines() if line.startswith("soak:"))
