@@ -45,7 +45,7 @@ impl PyBuf {
         let plain = obj.is_exact_instance_of::<PyBytes>()
             || obj.is_exact_instance_of::<PyByteArray>()
             || obj.is_exact_instance_of::<PyMemoryView>();
-        if !plain {
+        if !plain && may_have_cuda_interface(obj) {
             if let Ok(iface) = obj.getattr(pyo3::intern!(obj.py(), "__cuda_array_interface__")) {
                 if !iface.is_none() {
                     return PyBuf::cuda(obj, &iface, writable);
@@ -185,6 +185,32 @@ impl PyBufMut {
     pub(crate) fn check_cuda(self, cuda_support: bool) -> PyResult<Self> {
         self.0.check_cuda(cuda_support).map(PyBufMut)
     }
+}
+
+/// Whether `obj` can have `__cuda_array_interface__`: its type defines it, or its instances
+/// carry a `__dict__` that might. Asked once per type (a failed attribute lookup raises and
+/// clears an `AttributeError`, which cost NumPy arrays about 0.5 µs per transfer).
+fn may_have_cuda_interface(obj: &Bound<'_, PyAny>) -> bool {
+    /// Types seen so far (held, so a pointer is never reused for another type); a bounded
+    /// number, as buffer types in a program are few.
+    static SEEN: std::sync::Mutex<Vec<(Py<pyo3::types::PyType>, bool)>> = std::sync::Mutex::new(Vec::new());
+    const MAX_SEEN: usize = 64;
+    let ty = obj.get_type();
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, may)) = seen.iter().find(|(t, _)| t.is(&ty)) {
+        return *may;
+    }
+    let py = obj.py();
+    let on_type = ty.hasattr(pyo3::intern!(py, "__cuda_array_interface__")).unwrap_or(true);
+    let has_dict = ty
+        .getattr(pyo3::intern!(py, "__dictoffset__"))
+        .and_then(|d| d.extract::<isize>())
+        .map_or(true, |offset| offset != 0);
+    let may = on_type || has_dict;
+    if seen.len() < MAX_SEEN {
+        seen.push((ty.unbind(), may));
+    }
+    may
 }
 
 /// Item size of a `typestr` (`"<f4"`, `"|u1"`...): the digits after the kind character.
