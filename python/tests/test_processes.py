@@ -300,3 +300,53 @@ def test_cupy_echo_example_runs_or_says_why_not():
     else:
         assert out.returncode == 2
         assert "no CUDA GPU" in out.stderr
+
+
+def _stream_forever(port, size):
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        msg = np.ones(size, dtype="u1")
+        while True:
+            await ep.send(msg)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+@pytest.mark.parametrize("size", [64 << 10, 1 << 20])
+def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypatch, blocking, size):
+    """The peer dies while its messages are arriving: a receive UCX has matched to a message
+    it will never finish (multi-fragment eager, forced with RNDV_THRESH=inf on both sides)
+    must fail, not hang. It hung, blocking the event loop, before the engine failed such
+    operations itself."""
+    monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer
+    ucp.reset()
+    ucp.init(options={"RNDV_THRESH": "inf"}, blocking_progress_mode=blocking)
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        failed = asyncio.get_running_loop().create_future()
+
+        async def handler(ep):
+            buf = np.empty(size, dtype="u1")
+            try:
+                while True:
+                    await ep.recv(buf)
+            except ucp.exceptions.UCXBaseException as e:
+                failed.set_result(e)
+            finally:
+                ep.abort()
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=_stream_forever, args=(lf.port, size))
+        proc.start()
+        try:
+            await asyncio.sleep(1.5)  # streaming
+            os.kill(proc.pid, signal.SIGKILL)
+            await asyncio.wait_for(failed, 10)
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+
+    run(main(), timeout=60)

@@ -34,6 +34,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) trait Pending: Send {
     fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<ucx_core::Result<Completion>>;
     fn cancel(&self);
+    fn is_complete(&self) -> bool;
 }
 
 impl<B: Send + 'static> Pending for Owned<B> {
@@ -42,6 +43,9 @@ impl<B: Send + 'static> Pending for Owned<B> {
     }
     fn cancel(&self) {
         Owned::cancel(self)
+    }
+    fn is_complete(&self) -> bool {
+        Owned::is_complete(self)
     }
 }
 
@@ -464,10 +468,32 @@ impl Engine {
         let Some(shared) = shared else { return };
         lock(&shared.failure).get_or_insert(status);
         let n = self.cancel_ops_of(key);
+        self.fail_stuck_ops_of(py, key, status);
         let waiting =
             crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
         self.canceled_on_error.fetch_add(n + waiting as u64, Ordering::Relaxed);
         shared.run_close_callback(py);
+    }
+
+    /// Fails the operations of endpoint `key` that its failure and their cancel did not end.
+    /// UCX ignores the cancel of a receive it has matched to a message, and one whose sender
+    /// died mid-message (a multi-fragment eager message over shared memory) never completes:
+    /// its task hung. Each is failed now; its buffer stays with UCX (the `Owned` is let go),
+    /// which is sound whatever UCX does later.
+    fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, status: Status) {
+        let stuck: Vec<Op> = {
+            let mut ops = lock(&self.ops);
+            let ids: Vec<u64> = ops
+                .iter()
+                .filter(|(_, op)| op.meta.ep == Some(key) && !op.pending.is_complete())
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter().filter_map(|id| ops.remove(&id)).collect()
+        };
+        for op in stuck {
+            let msg = format!("<{}>: the peer failed ({status}) before UCX finished this", op.meta.name.render());
+            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, msg)));
+        }
     }
 
     /// Whether a completion or event is waiting to be delivered.

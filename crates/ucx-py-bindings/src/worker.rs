@@ -64,9 +64,10 @@ impl Worker {
     /// microseconds, since waking from the fd costs tens of microseconds (or more) on a
     /// virtual machine.
     ///
-    /// Returns true if anything was delivered: the worker is then left unarmed and the driver
-    /// must call again soon (it is busy). Returns false once the worker is armed: the wakeup fd
-    /// becomes readable when there is more to do.
+    /// Returns true if anything was delivered or UCX would not arm: the worker is then left
+    /// unarmed and the driver must call again soon, after the loop's ready tasks (it is busy).
+    /// Returns false once the worker is armed: the wakeup fd becomes readable when there is
+    /// more to do.
     ///
     /// While armed, UCX may leave transports unpolled until their event is handled by `arm`
     /// (measured: spinning on progress alone then waited out the whole budget for each
@@ -83,14 +84,15 @@ impl Worker {
                 return Ok(true);
             }
         }
-        loop {
-            match engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
-                Armed::Armed => return Ok(false),
-                Armed::Busy => {
-                    if engine.progress(py) {
-                        return Ok(true);
-                    }
-                }
+        match engine.worker.arm().map_err(|e| errors::from_core(py, &e))? {
+            Armed::Armed => Ok(false),
+            // Not armed: progress once more, then let the event loop run before the next pass
+            // (the driver schedules it). Looping here until UCX stops answering busy starved
+            // the loop: after a peer died mid-message UCX answered busy round after round, and
+            // the tasks that would see the failure and close the endpoint never ran.
+            Armed::Busy => {
+                engine.progress(py);
+                Ok(true)
             }
         }
     }
