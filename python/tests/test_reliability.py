@@ -247,6 +247,7 @@ def test_interface_of():
 
     assert interface_of("127.0.0.1") == "lo"
     assert interface_of("0.0.0.0") is None
+    assert interface_of("localhost") is None  # host names are left to UCX
 
 
 def test_closing_an_endpoint_drops_its_unread_messages(progress_mode):

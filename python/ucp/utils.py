@@ -143,12 +143,15 @@ def run_with_server(server_process, client, finish=30.0):
 
 def interface_of(ip):
     """The name of the network interface that owns address `ip` (IPv4: its primary address;
-    IPv6: any), or None for a wildcard address or one no interface owns."""
+    IPv6: any), or None for a wildcard address, a host name, or an address no interface owns."""
     import fcntl
     import ipaddress
     import struct
 
-    addr = ipaddress.ip_address(ip)
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:  # a host name: left to UCX, which resolves it
+        return None
     if addr.is_unspecified:
         return None
     if addr.version == 6:
