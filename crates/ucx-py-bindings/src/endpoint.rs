@@ -13,7 +13,10 @@ use crate::errors::{self, Kind};
 use crate::worker::meta;
 
 /// How long `close()` waits for a flushing close before leaving it to finish in the background.
-const FLUSH_CLOSE_LIMIT: Duration = Duration::from_secs(5);
+/// It blocks the event loop meanwhile: with 5 s, a soak whose clients were killed at random
+/// (some mid-handshake, whose failure UCX had not reported yet) stalled the server for
+/// seconds per close, and other clients' handshakes timed out.
+const FLUSH_CLOSE_LIMIT: Duration = Duration::from_millis(100);
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Endpoint {
@@ -389,10 +392,11 @@ fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()
                 ep.worker().progress();
             }
             if !req.is_complete() {
-                // UCX cannot force a close already under way; let it finish in the background.
+                // UCX cannot force a close already under way; let it finish in the background
+                // (queued sends still reach a live peer).
                 // SAFETY: the close request borrows the endpoint (UCX may call its error
                 // handler until the close ends); the keepalive owns a handle to it.
-                unsafe { req.detach_unchecked(Box::new(ep.clone()), true) };
+                unsafe { req.detach_unchecked(Box::new(ep.clone()), false) };
                 return Ok(());
             }
             match req.wait() {
