@@ -155,7 +155,15 @@ def main():
         bad += not ok
     time.sleep(0.5)  # the server notices the last kills
     control.put("stop")
-    stats = json.loads(q.get(timeout=60))
+    try:
+        stats = json.loads(q.get(timeout=60))
+    except Exception:  # the server died or hangs: report what the clients saw
+        state = f"exited with {srv.exitcode}" if not srv.is_alive() else "still running but not answering"
+        srv.kill()
+        print(f"soak: {args.duration:.0f} s, {kills} clients killed; {verified} echoes verified, {bad} bad")
+        print(f"soak: clients that failed without being killed: {len(failed_clients)}")
+        print(f"soak: FAILED: the server {state}")
+        sys.exit(1)
     srv.join(10)
     if srv.is_alive():
         srv.kill()
