@@ -98,6 +98,11 @@ def main():
     parser.add_argument("--kill-every", type=float, default=0.5, help="mean seconds between kills")
     parser.add_argument("--max-rss-growth", type=float, default=0.25, help="allowed growth of the server's RSS")
     parser.add_argument("--max-fd-growth", type=int, default=16, help="allowed growth of the server's open fds")
+    parser.add_argument(
+        "--allow-client-failures",
+        action="store_true",
+        help="report clients that failed without being killed, but do not fail for them",
+    )
     args = parser.parse_args()
     os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
@@ -181,7 +186,7 @@ def main():
     problems = []
     if lost:
         problems.append(f"{lost} messages lost or corrupted")
-    if failed_clients:
+    if failed_clients and not args.allow_client_failures:
         problems.append(f"clients failed unprompted: {failed_clients[:5]}")
     if verified == 0:
         problems.append("no echo was verified: the soak tested nothing")
