@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, MemoryType, RecvBuffer, SendBuffer, WorkerAddress, FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, RecvBuffer, SendBuffer, Submitted, WorkerAddress, FULL_MASK,
 };
 
 use crate::am::{header_memory_type, AmBuffer};
@@ -212,6 +212,12 @@ impl Endpoint {
         }
     }
 
+    /// Awaits operation `s` of `op` on this endpoint, which moves `bytes` (the inline spin
+    /// scales with them), naming its failure by cause.
+    async fn finish(&self, op: &'static str, s: Submitted<'_>, bytes: usize) -> Result<()> {
+        Completes::new(s, &self.inner.worker.inner.signals).sized(bytes).await.map(drop).map_err(|e| self.cause(op, e))
+    }
+
     fn msg_tags(&self, op: &'static str) -> Result<Tags> {
         self.inner.tags.ok_or(Error::NoTags { op })
     }
@@ -243,11 +249,7 @@ impl Endpoint {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let s = self.inner.core.tag_send(buf, tag)?;
-        Completes::new(s, &self.inner.worker.inner.signals)
-            .sized(buf.byte_len())
-            .await
-            .map(drop)
-            .map_err(|e| self.cause("Endpoint::send_tag", e))
+        self.finish("Endpoint::send_tag", s, buf.byte_len()).await
     }
 
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
@@ -302,10 +304,7 @@ impl Endpoint {
         let header = am_header::encode(buf.memory_type().raw() as i32);
         let opts = AmSendOptions { reply: true, ..Default::default() };
         let s = self.inner.core.am_send(am_header::UCXPY_AM_ID, &header, buf, opts)?;
-        Completes::new(s, &self.inner.worker.inner.signals)
-            .await
-            .map(drop)
-            .map_err(|e| self.cause("Endpoint::am_send", e))
+        self.finish("Endpoint::am_send", s, 0).await
     }
 
     /// Receives the next active message the peer sent with [`Endpoint::am_send`], in a buffer
@@ -342,7 +341,7 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::put")?;
         let s = self.inner.core.put(buf, remote_addr, rkey)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(drop).map_err(|e| self.cause("Endpoint::put", e))
+        self.finish("Endpoint::put", s, 0).await
     }
 
     /// Reads the peer's registered memory at `remote_addr` into `buf` (one-sided).
@@ -354,18 +353,14 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::get")?;
         let s = self.inner.core.get(buf, remote_addr, rkey)?;
-        Completes::new(s, &self.inner.worker.inner.signals).await.map(drop).map_err(|e| self.cause("Endpoint::get", e))
+        self.finish("Endpoint::get", s, 0).await
     }
 
     /// Sends `buf` on the endpoint's stream.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
         let s = self.inner.core.stream_send(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals)
-            .sized(buf.byte_len())
-            .await
-            .map(drop)
-            .map_err(|e| self.cause("Endpoint::stream_send", e))
+        self.finish("Endpoint::stream_send", s, buf.byte_len()).await
     }
 
     /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream.
@@ -373,20 +368,13 @@ impl Endpoint {
         self.inner.state.check("Endpoint::stream_recv")?;
         let bytes = buf.byte_len();
         let s = self.inner.core.stream_recv(buf)?;
-        Completes::new(s, &self.inner.worker.inner.signals)
-            .sized(bytes)
-            .await
-            .map(drop)
-            .map_err(|e| self.cause("Endpoint::stream_recv", e))
+        self.finish("Endpoint::stream_recv", s, bytes).await
     }
 
     /// Completes every operation issued so far, remotely.
     pub async fn flush(&self) -> Result<()> {
         let s = self.inner.core.flush()?;
-        Completes::new(s, &self.inner.worker.inner.signals)
-            .await
-            .map(drop)
-            .map_err(|e| self.cause("Endpoint::flush", e))
+        self.finish("Endpoint::flush", s, 0).await
     }
 
     /// Closes gracefully: tells a UCX-Py-speaking peer (control message with our send count,
