@@ -36,6 +36,9 @@ def resources():
 
 def server(q, control):
     """Echoes every message after checking it; reports its counts and resources on request."""
+    # Settings for the server alone, e.g. SOAK_SERVER_ENV='{"UCX_LOG_LEVEL": "debug",
+    # "UCX_LOG_FILE": "/tmp/soak-server.log"}' to see what UCX did when a run fails.
+    os.environ.update(json.loads(os.environ.get("SOAK_SERVER_ENV", "{}")))
     import ucp
 
     stats = {"echoed": 0, "corrupt": 0, "peer_failures": 0, "samples": []}
@@ -57,7 +60,27 @@ def server(q, control):
         finally:
             ep.abort()
 
+    def dump_state():
+        """On SIGUSR1 (sent when the server stops answering): what every task waits on."""
+        tasks = asyncio.all_tasks()
+        loop = asyncio.get_running_loop()
+        soonest = min((h.when() for h in loop._scheduled), default=None)
+        print(f"soak server: loop time {loop.time():.1f}, {len(loop._scheduled)} timers, soonest {soonest}", file=sys.stderr)
+        print(f"soak server: {len(tasks)} tasks, {ucp.core._get_ctx().worker.inflight()} UCX requests in flight", file=sys.stderr)
+        for t in tasks:
+            chain, coro = [], t.get_coro()
+            while coro is not None:  # the whole await chain, not just the task's outer frame
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                    if frame.f_code.co_name == "wait_for":
+                        chain.append(repr({k: frame.f_locals.get(k) for k in ("fut", "waiter", "timeout_handle")}))
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            print(f"  {t.get_name()}: {' -> '.join(chain)}", file=sys.stderr)
+        sys.stderr.flush()
+
     async def main():
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_state)
         lf = ucp.create_listener(handle, ip="127.0.0.1")
         q.put(lf.port)
         while True:
@@ -71,8 +94,11 @@ def server(q, control):
     asyncio.run(main())
 
 
-def client(port, seed, results):
-    """Sends messages and checks each echo, until killed; reports each verified echo."""
+def client(port, seed, counts):
+    """Sends messages and checks each echo, until killed; counts each echo in its own slots of
+    `counts` (verified at 2 * seed, bad at 2 * seed + 1). Each client has slots of its own, in
+    shared memory without a lock: a client killed mid-report can only lose its own count,
+    where a shared multiprocessing.Queue would be left locked for every other client."""
     import ucp
 
     async def main():
@@ -85,7 +111,7 @@ def client(port, seed, results):
             back = np.empty(n, dtype="u1")
             await ep.send(np.array([seed, seq, n], dtype="u8"))
             await asyncio.gather(ep.send(out), ep.recv(back))
-            results.put((seed, seq, bool(np.array_equal(back, out))))
+            counts[2 * seed + (not np.array_equal(back, out))] += 1
             seq += 1
 
     asyncio.run(main())
@@ -107,7 +133,9 @@ def main():
     os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
     spawn = multiprocessing.get_context("spawn")
-    q, control, results = spawn.Queue(), spawn.Queue(), spawn.Queue()
+    q, control = spawn.Queue(), spawn.Queue()
+    max_clients = 1_000_000
+    counts = spawn.RawArray("q", 2 * max_clients)
     srv = spawn.Process(target=server, args=(q, control), daemon=True)
     srv.start()
     port = q.get(timeout=60)
@@ -117,23 +145,28 @@ def main():
 
     def start_client():
         nonlocal next_seed
-        p = spawn.Process(target=client, args=(port, next_seed, results), daemon=True)
+        if next_seed >= max_clients:
+            sys.exit(f"soak: more than {max_clients} clients; raise max_clients")
+        p = spawn.Process(target=client, args=(port, next_seed, counts), daemon=True)
         p.start()
         clients[next_seed] = p
         next_seed += 1
 
     for _ in range(args.clients):
         start_client()
-    kills = verified = bad = 0
+    kills = 0
     failed_clients = []
+    tallies = np.frombuffer(counts, dtype=np.int64)
+
+    def tally():
+        """Echoes verified and bad, over every client so far."""
+        used = tallies[: 2 * next_seed]
+        return int(used[0::2].sum()), int(used[1::2].sum())
+
     start = time.monotonic()
     next_kill = start + rng.expovariate(1 / args.kill_every)
     next_sample = start + 1
     while time.monotonic() - start < args.duration:
-        while not results.empty():
-            _, _, ok = results.get()
-            verified += ok
-            bad += not ok
         now = time.monotonic()
         if now >= next_kill:
             seed = rng.choice(sorted(clients))
@@ -145,6 +178,12 @@ def main():
         if now >= next_sample:
             control.put("sample")
             next_sample = now + max(1.0, args.duration / 20)
+            verified, bad = tally()
+            print(
+                f"soak: {now - start:5.0f} s: {verified} echoes verified, {bad} bad, {kills} kills, "
+                f"{len(failed_clients)} unprompted client failures",
+                flush=True,
+            )
         for seed, p in list(clients.items()):
             if not p.is_alive():  # a client that was not killed died: a failure to report
                 failed_clients.append((seed, p.exitcode))
@@ -154,15 +193,15 @@ def main():
     for p in clients.values():
         os.kill(p.pid, signal.SIGKILL)
         p.join()
-    while not results.empty():
-        _, _, ok = results.get()
-        verified += ok
-        bad += not ok
+    verified, bad = tally()
     time.sleep(0.5)  # the server notices the last kills
     control.put("stop")
     try:
         stats = json.loads(q.get(timeout=60))
     except Exception:  # the server died or hangs: report what the clients saw
+        if srv.is_alive():
+            os.kill(srv.pid, signal.SIGUSR1)  # the server prints what its tasks wait on
+            time.sleep(2)
         state = f"exited with {srv.exitcode}" if not srv.is_alive() else "still running but not answering"
         srv.kill()
         print(f"soak: {args.duration:.0f} s, {kills} clients killed; {verified} echoes verified, {bad} bad")
