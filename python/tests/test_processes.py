@@ -159,9 +159,13 @@ def _hand_out_address_then_reset(q, done):
     done.wait(30)
 
 
-def test_worker_address_of_a_closed_worker_is_unreachable(fresh_ucp):
-    """Over shared memory (our UCX_MM_ERROR_HANDLING=y default) UCX reports a closed worker
-    as "Shared memory error"; callers get UCX-Py's "Destination is unreachable"."""
+@pytest.mark.parametrize("mm_error_handling", [None, "y"])
+def test_worker_address_of_a_closed_worker_is_unreachable(fresh_ucp, monkeypatch, mm_error_handling):
+    """An endpoint to a worker that was closed (its process lives on) fails with UCX-Py's
+    "Destination is unreachable", over TCP (the default) as over shared memory, where UCX says
+    "Shared memory error" (UCX_MM_ERROR_HANDLING=y, the opt-in)."""
+    if mm_error_handling:
+        monkeypatch.setenv("UCX_MM_ERROR_HANDLING", mm_error_handling)  # read by both processes' UCX
     spawn = multiprocessing.get_context("spawn")
     q, done = spawn.Queue(), spawn.Event()
     proc = spawn.Process(target=_hand_out_address_then_reset, args=(q, done))
@@ -325,13 +329,16 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
     spawn = multiprocessing.get_context("spawn")
 
     async def main():
-        failed = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        streaming, failed = loop.create_future(), loop.create_future()
 
         async def handler(ep):
             buf = np.empty(size, dtype="u1")
             try:
                 while True:
                     await ep.recv(buf)
+                    if not streaming.done():
+                        streaming.set_result(None)
             except ucp.exceptions.UCXBaseException as e:
                 failed.set_result(e)
             finally:
@@ -341,7 +348,8 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
         proc = spawn.Process(target=_stream_forever, args=(lf.port, size))
         proc.start()
         try:
-            await asyncio.sleep(1.5)  # streaming
+            await asyncio.wait_for(streaming, 30)
+            await asyncio.sleep(0.2)  # the next messages are under way when the peer dies
             os.kill(proc.pid, signal.SIGKILL)
             await asyncio.wait_for(failed, 10)
         finally:
