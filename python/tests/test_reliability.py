@@ -259,7 +259,11 @@ def test_closing_an_endpoint_drops_its_unread_messages(progress_mode):
         tag = server._tags["msg_recv"]
         for _ in range(1000):
             await client.send(np.ones(4096, dtype="u1"))
-        await asyncio.sleep(0.1)
+        # A last message on another tag comes after the flood on the same connection: once it
+        # is in, the whole flood is waiting in UCX's queue.
+        await asyncio.gather(
+            client.send(b"x", tag=0xF100D, force_tag=True), server.recv(bytearray(1), tag=0xF100D, force_tag=True)
+        )
         worker = server._worker
         assert worker.tag_probe(tag), "the flood should be waiting in UCX's queue"
         server.abort()
@@ -268,3 +272,18 @@ def test_closing_an_endpoint_drops_its_unread_messages(progress_mode):
         lf.close()
 
     run(main())
+
+
+def test_shared_memory_is_not_opted_into_for_endpoints_that_handle_failure():
+    """`import ucp` leaves UCX_MM_ERROR_HANDLING to UCX (off): with it on, a peer killed while
+    writing into this process's shared-memory queue jams the queue for every other peer
+    (docs/python.md, "Shared memory and dead peers")."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "UCX_MM_ERROR_HANDLING"}
+    code = "import os, ucp; print(os.environ.get('UCX_MM_ERROR_HANDLING'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["None"], out.stdout

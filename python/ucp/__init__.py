@@ -55,11 +55,10 @@ if "UCX_RNDV_FRAG_MEM_TYPE" not in os.environ:
     os.environ["UCX_RNDV_FRAG_MEM_TYPE"] = "cuda"
 if "UCX_MAX_RNDV_RAILS" not in os.environ:
     os.environ["UCX_MAX_RNDV_RAILS"] = "1"
-# Ours, not UCX-Py's: let shared memory serve endpoints with peer-failure handling (the
-# default), instead of TCP over loopback between processes on one host (8-byte one-way
-# latency about 15 -> 8 us here). Peers without it still connect, over TCP.
-if "UCX_MM_ERROR_HANDLING" not in os.environ:
-    os.environ["UCX_MM_ERROR_HANDLING"] = "y"
+# UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did: with it on, shared memory serves
+# endpoints with peer-failure handling, about 3x faster on one host, but a peer killed while
+# writing into a process's shared-memory queue jams that queue for every other peer
+# (docs/python.md, "Shared memory and dead peers").
 if pynvml is not None and "UCX_CUDA_COPY_MAX_REG_RATIO" not in os.environ:
     # Registering all of a GPU's memory only works where BAR1 covers it on every GPU.
     try:
