@@ -57,6 +57,10 @@ def default_max_message_size():
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+# The most frames `recv_multi` accepts in one message (Dask sends tens to thousands).
+_MAX_FRAMES = 1_000_000
+
+
 def _check_message_size(ep, what, nbytes, max_size):
     """Refuses a message above ``max_size``. The endpoint is aborted too: the refused
     message's data would otherwise be read as the next message."""
@@ -620,15 +624,23 @@ class Endpoint:
         ``DeviceBuffer``, or a CuPy array). Every frame's receive is posted as soon as the
         headers are in. A message larger than ``max_size`` bytes (default
         ``default_max_message_size()``) is refused before anything is allocated."""
-        layout = []
+        layout, nbytes = [], 0
         while True:
             header = bytearray(_MultiHeader.SIZE)
             await self.recv(header, tag=tag, force_tag=force_tag)
             more, frames = _MultiHeader.unpack(header)
             layout += frames
+            nbytes += sum(n for _, n in frames)
+            # Checked per header: a peer announcing headers without end is refused as soon as
+            # its total passes a limit, not once it has filled our memory with frame entries.
+            _check_message_size(self, "recv_multi", nbytes, max_size)
+            if len(layout) > _MAX_FRAMES:
+                self.abort()
+                raise UCXError(
+                    f"recv_multi: the peer announced more than {_MAX_FRAMES} frames; the endpoint was closed"
+                )
             if not more:
                 break
-        _check_message_size(self, "recv_multi", sum(n for _, n in layout), max_size)
         if any(cuda for cuda, _ in layout) and device_allocator is None:
             device_allocator = _device_buffer
         frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
