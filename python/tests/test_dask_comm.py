@@ -293,17 +293,20 @@ def test_a_listener_can_listen_again_on_its_port_at_once(fresh_ucp):
 
     async def main():
         for _ in range(2):
+            closed = []
 
             async def handle(comm):
                 await comm.write("hello")
                 await comm.close()
+                closed.append(comm)
 
             async with listen(f"ucxa://127.0.0.1:{port}", handle) as listener:
                 for _ in range(3):
                     comm = await connect(listener.contact_address)
                     assert await comm.read() == "hello"
                     await comm.close()
-                await asyncio.sleep(0.2)  # the server's closes done
+                while len(closed) < 3:  # the server's closes done (run's limit fails a hang)
+                    await asyncio.sleep(0.01)
 
     run(main(), timeout=60)
 
