@@ -45,6 +45,10 @@ perftest_lat() {
     perftest tag_lat "$SIZE" "$ITERS" | awk -v s="$SIZE" '{printf "%.2f %.1f\n", $3, s / ($3 * 1e-6) / 1048576}'
 }
 
+# Both Python peers see the same UCX settings. UCX_MM_ERROR_HANDLING (unset: UCX's default, off)
+# decides whether their endpoints, which handle peer failure, may use shared memory:
+# `UCX_MM_ERROR_HANDLING=y scripts/bench_python.sh` gives the shared-memory rows.
+echo "UCX_MM_ERROR_HANDLING=${UCX_MM_ERROR_HANDLING:-unset (off)} for both Python peers"
 printf '%-44s %12s %12s\n' "run" "8 B µs" "1 MiB MiB/s"
 declare -A LAT BW
 run() {
