@@ -15,6 +15,8 @@
 mod accept_or_exit;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
 
 use accept_or_exit::accept_or_exit;
 use std::time::{Duration, Instant};
@@ -39,6 +41,7 @@ struct Opts {
 
 fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
     let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
     let num = |k: &str, d: usize| match get(k) {
         None => d,
@@ -87,7 +90,8 @@ fn mode(name: &str) -> ProgressMode {
 }
 
 fn context() -> Result<Context> {
-    // Loopback only; shared memory with peer-failure handling (see the README).
+    // Loopback only; shared memory with peer-failure handling, for speed between two processes
+    // that trust each other (a peer killed mid-send jams the shared queue: README, Reliability).
     Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
 }
 
@@ -249,6 +253,21 @@ async fn client(o: Opts, port: u16) -> Result<()> {
     ep.send(&[0u8; 0][..]).await?; // goodbye: a worker-address peer would not notice a close
     ep.close().await
 }
+
+const USAGE: &str = "\
+A benchmark whose workloads match ucx_perftest's, between two processes over 127.0.0.1.
+
+usage: bench [-t TEST] [-s BYTES] [-n ITERS] [-w WINDOW] [--mode event|polling|adaptive]
+             [--no-error-handling] [--worker-address] [--server | --client PORT]
+  -t   tag_lat (default), tag_bw, stream_lat, stream_bw, ucp_am_lat or ucp_am_bw
+  -s   message size in bytes (default 8)
+  -n   iterations (default 100000)
+  -w   sends in flight for the _bw tests (default 32)
+  --mode               how the reactor drives progress (default event)
+  --no-error-handling  endpoints without peer-failure handling, like ucx_perftest's
+  --worker-address     connect by worker address, as ucx_perftest does
+  --server / --client  one side only (the server prints its port)
+With neither, it starts its own server process.";
 
 fn main() {
     let (opts, role, port) = parse();

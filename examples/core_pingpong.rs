@@ -8,6 +8,8 @@
 mod round_trips;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
 
 use round_trips::{iters_for, WARMUP};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +29,8 @@ fn context() -> Result<Context> {
         // Loopback only: keep UCX's network transports on `lo`.
         .option("NET_DEVICES", "lo")
         // Shared-memory transports support peer-failure handling only when asked; without
-        // this, endpoints with error handling (our default) fall back to TCP on one host.
+        // this, endpoints with error handling (our default) fall back to TCP on one host. For
+        // trusted peers only: one killed mid-send jams the shared queue (README, Reliability).
         .option("MM_ERROR_HANDLING", "y")
         .build()
 }
@@ -127,8 +130,19 @@ fn client(port: u16, iters: usize) -> Result<()> {
     Ok(())
 }
 
+const USAGE: &str = "\
+Tag ping-pong between two processes over 127.0.0.1 with ucx-core (busy-polling, no async
+runtime); prints one-way latency and bandwidth per message size.
+
+usage: core_pingpong [--iters N] [--server | --client PORT]
+  --iters N   round trips per size (default 10000; fewer for large sizes)
+  --server    only the server: prints its port and serves one client
+  --client P  only the client, against a server on 127.0.0.1:P
+With neither, it starts its own server process.";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
     let iters = args
         .iter()
         .position(|a| a == "--iters")

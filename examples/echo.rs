@@ -10,6 +10,8 @@ mod accept_or_exit;
 mod round_trips;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
 
 use accept_or_exit::accept_or_exit;
 use round_trips::{iters_for, WARMUP};
@@ -25,7 +27,8 @@ fn context() -> Result<Context> {
     Ok(Context::builder()
         // Loopback only: keep UCX's network transports on `lo`.
         .option("NET_DEVICES", "lo")
-        // Shared memory needs this to serve endpoints with peer-failure handling.
+        // Shared memory needs this to serve endpoints with peer-failure handling. For trusted
+        // peers only: one killed mid-send jams the shared queue (README, Reliability).
         .option("MM_ERROR_HANDLING", "y")
         .build()?)
 }
@@ -79,8 +82,20 @@ fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
 }
 
+const USAGE: &str = "\
+Echo between two processes over 127.0.0.1 with ucx-async; prints one-way latency and
+bandwidth per message size.
+
+usage: echo [--mode event|polling|adaptive] [--iters N] [--server | --client PORT]
+  --mode      how the reactor drives progress (default event)
+  --iters N   round trips per size (default 10000; fewer for large sizes)
+  --server    only the server: prints `PORT n` and serves one client
+  --client P  only the client, against a server on 127.0.0.1:P
+With neither, it starts its own server process.";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
     let iters = arg(&args, "--iters").and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let mode = match arg(&args, "--mode").unwrap_or("event") {
         "event" => ProgressMode::Event,

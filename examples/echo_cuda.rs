@@ -11,6 +11,8 @@
 mod accept_or_exit;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
 
 use accept_or_exit::accept_or_exit;
 use cust::function::{BlockSize, GridSize};
@@ -60,7 +62,17 @@ const N: usize = 1 << 20;
 
 type BoxError = Box<dyn std::error::Error>;
 
+const USAGE: &str = "\
+UCX-Py's CuPy echo in Rust across two processes: a device buffer goes out, the server adds
+one on the GPU, the client checks every byte. Needs a CUDA GPU (exits 2 without one).
+
+usage: echo_cuda [--server | --client PORT]
+  --server    only the server: prints `PORT n`
+  --client P  only the client, against a server on 127.0.0.1:P
+With neither, it starts its own server process.";
+
 fn main() {
+    usage::exit_if_help(&std::env::args().collect::<Vec<_>>(), USAGE);
     let _cuda = match cust::quick_init() {
         Ok(c) => c,
         Err(e) => {
@@ -88,7 +100,8 @@ fn main() {
 }
 
 fn context() -> Result<Context, BoxError> {
-    // Loopback for the connection; shared memory and CUDA IPC with peer-failure handling.
+    // Loopback for the connection; shared memory and CUDA IPC with peer-failure handling
+    // (trusted peers only: one killed mid-send jams the shared queue; README, Reliability).
     Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
 }
 
