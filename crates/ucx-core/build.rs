@@ -157,9 +157,12 @@ fn first_line(s: &str) -> &str {
 
 fn generate_bindings(include: &Path) {
     let bindings = bindgen::Builder::default()
-        .header_contents("wrapper.h", "#include <ucp/api/ucp.h>\n")
+        // log_def.h and stdio.h: a log handler that reads UCX's reason for a failure (log.rs).
+        .header_contents("wrapper.h", "#include <ucp/api/ucp.h>\n#include <ucs/debug/log_def.h>\n#include <stdio.h>\n")
         .clang_arg(format!("-I{}", include.display()))
-        .allowlist_function("ucp_.*|ucs_status_string|ucs_get_version")
+        .allowlist_function(
+            "ucp_.*|ucs_status_string|ucs_get_version|ucs_log_push_handler|ucs_log_pop_handler|vsnprintf",
+        )
         .allowlist_type("ucp_.*|ucs_.*")
         .allowlist_var("UCP_.*|UCS_.*")
         .prepend_enum_name(false)

@@ -40,6 +40,9 @@ def test_options_are_applied_and_bad_ones_named(fresh_ucp):
         ucp.init({"NOT_AN_OPTION": "1"})
     with pytest.raises(ucp.exceptions.UCXConfigError, match="Couldn't set option SEG_SIZE to lots"):
         ucp.init({"SEG_SIZE": "lots"})
+    # A transport name UCX does not have: the error carries UCX's reason, with the valid names.
+    with pytest.raises(ucp.exceptions.UCXError, match="transport 'bogus' is not available, please use one or more of"):
+        ucp.init({"TLS": "bogus"})
 
 
 def test_env_takes_precedence(fresh_ucp, monkeypatch):

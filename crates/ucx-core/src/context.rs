@@ -5,9 +5,9 @@ use std::ops::BitOr;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::error::{check, Result};
+use crate::error::{Error, Result, Status};
 use crate::live::{self, Kind};
-use crate::{request, sys, text, version};
+use crate::{log, request, sys, text, version};
 
 /// A set of UCP features (`UCP_FEATURE_*`) a context is created with.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -139,12 +139,21 @@ impl ContextBuilder {
         params.mt_workers_shared = 1;
 
         let mut handle = std::ptr::null_mut();
-        // SAFETY: params and config are valid for the call; UCX writes the context handle.
-        // ucp_init is a static inline wrapper of ucp_init_version with the headers' version.
-        let status = unsafe {
-            sys::ucp_init_version(version::HEADERS.0, version::HEADERS.1, &params, config.handle(), &mut handle)
-        };
-        check("ucp_init", status)?;
+        // UCX logs why it fails (a bad transport or device name, with the valid ones) and
+        // returns only a status: the error carries what it logged.
+        let (status, logged) = log::capture(|| {
+            // SAFETY: params and config are valid for the call; UCX writes the context handle.
+            // ucp_init is a static inline wrapper of ucp_init_version with the headers' version.
+            unsafe {
+                sys::ucp_init_version(version::HEADERS.0, version::HEADERS.1, &params, config.handle(), &mut handle)
+            }
+        });
+        if let Some(s) = Status::from_raw(status) {
+            return Err(match logged.is_empty() {
+                true => Error::new("ucp_init", s),
+                false => Error::with_detail("ucp_init", s, logged.join("; ")),
+            });
+        }
         live::created(Kind::Context);
         Ok(Context { inner: Arc::new(ContextInner { handle, features: self.features, config: effective }) })
     }

@@ -18,7 +18,9 @@
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
 //!   pure encode/decode functions.
-//! - [`Error`] / [`Status`] (`error`), [`version`], [`live`] (live-object counts for leak tests).
+//! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
+//!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
+//!   leak tests).
 //!
 //! # Ownership
 //! Parents outlive children by construction: endpoints, listeners and requests hold their
@@ -39,6 +41,7 @@ mod endpoint;
 mod error;
 mod listener;
 pub mod live;
+mod log;
 mod owned;
 mod request;
 mod rma;

@@ -23,6 +23,23 @@ fn unknown_option_is_an_error_naming_it() {
 }
 
 #[test]
+fn a_failed_init_carries_ucx_reason() {
+    // UCX logs which name was bad and which are valid, and returns only "No such device".
+    let e = Context::builder().option("TLS", "bogus").build().unwrap_err();
+    assert_eq!(e.status(), Status::NoDevice);
+    let text = e.to_string();
+    if cfg!(target_arch = "x86_64") {
+        assert!(text.contains("transport 'bogus' is not available") && text.contains("tcp"), "{text}");
+    }
+    let e = Context::builder().option("TLS", "tcp").option("NET_DEVICES", "nosuchnic0").build().unwrap_err();
+    if cfg!(target_arch = "x86_64") {
+        assert!(e.to_string().contains("nosuchnic0"), "{e}");
+    }
+    // A good context after failed ones: the capture handler is gone, nothing is kept.
+    Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+}
+
+#[test]
 fn environment_or_options_win_as_asked() {
     // This test binary's only test touching UCX_SEG_SIZE, so setting it is race-free.
     std::env::set_var("UCX_SEG_SIZE", "16k");
