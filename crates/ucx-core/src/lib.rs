@@ -67,3 +67,8 @@ pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use worker::{Armed, ThreadMode, Worker};
+
+/// This crate's README (its page on crates.io), compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct CrateReadmeDoctests;
