@@ -55,10 +55,10 @@ if "UCX_RNDV_FRAG_MEM_TYPE" not in os.environ:
     os.environ["UCX_RNDV_FRAG_MEM_TYPE"] = "cuda"
 if "UCX_MAX_RNDV_RAILS" not in os.environ:
     os.environ["UCX_MAX_RNDV_RAILS"] = "1"
-# UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did: with it on, shared memory serves
-# endpoints with peer-failure handling, about 3x faster on one host, but a peer killed while
-# writing into a process's shared-memory queue jams that queue for every other peer
-# (docs/python.md, "Shared memory and dead peers").
+# UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did. With it on, shared memory serves
+# endpoints with peer-failure handling (on one host: a third of the latency, 17-22x the
+# bandwidth at 1 MiB), but a peer killed while writing into a process's shared-memory queue
+# jams that queue for every other peer (docs/python.md, "Shared memory and dead peers").
 if pynvml is not None and "UCX_CUDA_COPY_MAX_REG_RATIO" not in os.environ:
     # Registering all of a GPU's memory only works where BAR1 covers it on every GPU.
     try:
