@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Formatting, clippy with warnings as errors, a check build of the `cuda` feature (which
-# needs no GPU: see ci-support/cuda-check.sh), and `cargo publish --dry-run` of ucx-core and
-# ucx-async (packaged, then built from the packages). Expects scripts/setup.sh to have run.
+# needs no GPU: see ci-support/cuda-check.sh), `cargo publish --dry-run` of ucx-core and
+# ucx-async (packaged, then built from the packages), and their docs built as docs.rs builds
+# them, with no UCX. Expects scripts/setup.sh to have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -13,3 +14,8 @@ bash ci-support/cuda-check.sh
 # The workspace's examples and benches live outside the crates and are left out of the
 # packages (cargo warns that it ignores them).
 cargo publish --dry-run --workspace --exclude ucx-py-bindings --allow-dirty --quiet
+# docs.rs has no UCX: DOCS_RS makes ucx-core's build script use the bindings in
+# crates/ucx-core/docs-rs/ and look for no UCX (UCX_DIR=/nonexistent would fail any search).
+# Its own target dir, since DOCS_RS changes ucx-core's build output.
+env -u VIRTUAL_ENV DOCS_RS=1 UCX_DIR=/nonexistent RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$ROOT/target/docs-rs" \
+    cargo doc -p ucx-core -p ucx-async --no-deps --quiet

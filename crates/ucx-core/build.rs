@@ -30,10 +30,14 @@ struct Ucx {
 }
 
 fn main() {
-    for var in ["UCX_DIR", "UCX_PYTHON", "VIRTUAL_ENV", "PYO3_PYTHON", "PKG_CONFIG_PATH"] {
+    for var in ["UCX_DIR", "UCX_PYTHON", "VIRTUAL_ENV", "PYO3_PYTHON", "PKG_CONFIG_PATH", "DOCS_RS"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+    if env::var_os("DOCS_RS").is_some() {
+        docs_only();
+        return;
+    }
 
     let ucx = find().unwrap_or_else(|tried| {
         panic!(
@@ -60,6 +64,18 @@ fn main() {
     println!("cargo:rustc-env=UCXRS_BUILD_FOUND_BY={}", ucx.how);
 
     generate_bindings(&ucx.include);
+}
+
+/// docs.rs has no UCX: the documentation is built from bindings pre-generated from the oldest
+/// supported UCX's headers, and nothing is linked (a documentation build never links).
+fn docs_only() {
+    let pregenerated = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"))
+        .join(format!("docs-rs/bindings-ucx-{}.{}.rs", MIN.0, MIN.1));
+    println!("cargo:rerun-if-changed={}", pregenerated.display());
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
+    std::fs::copy(&pregenerated, out).expect("copying the pre-generated bindings");
+    println!("cargo:rustc-env=UCXRS_BUILD_LIBDIR=(none: a documentation build)");
+    println!("cargo:rustc-env=UCXRS_BUILD_FOUND_BY=pre-generated bindings for docs.rs");
 }
 
 fn find() -> Result<Ucx, Vec<String>> {

@@ -1,5 +1,4 @@
-//! tokio integration for UCX: a reactor that sleeps on the worker's wakeup fd, and endpoint
-//! futures that stay sound when dropped and speak UCX-Py's (or UCXX's) handshake.
+#![doc = include_str!("../README.md")]
 //!
 //! # Map of the crate
 //! - [`Worker`] (`worker`): a ucx-core worker plus its reactor task; [`ProgressMode`]
@@ -41,8 +40,3 @@ pub use worker::Worker;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
-
-/// This crate's README (its page on crates.io), compiled and run as a doctest.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct CrateReadmeDoctests;

@@ -1,5 +1,6 @@
-//! Safe, runtime-agnostic Rust over UCX's UCP API. This is the only crate of ucx-async with
-//! FFI; nothing here knows tokio or asyncio.
+#![doc = include_str!("../README.md")]
+//!
+//! Nothing here knows tokio or asyncio.
 //!
 //! # Map of the crate
 //! - [`Context`] / [`ContextBuilder`] (`context`): features and UCX options; [`Config`]
@@ -67,8 +68,3 @@ pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use worker::{Armed, ThreadMode, Worker};
-
-/// This crate's README (its page on crates.io), compiled and run as a doctest.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct CrateReadmeDoctests;

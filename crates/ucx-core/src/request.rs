@@ -159,7 +159,7 @@ pub(crate) unsafe extern "C" fn length_cb(
 ///
 /// Dropping it unfinished cancels the operation and progresses the worker until UCX has let go
 /// of the buffer. UCX cannot cancel every operation (a rendezvous send whose receiver never
-/// comes, a stream receive): if one is still running [`CANCEL_GRACE`] after the cancel, its
+/// comes, a stream receive): if one is still running 50 ms (`CANCEL_GRACE`) after the cancel, its
 /// endpoint is force-closed, which ends it. Owners of `'static` buffers use
 /// [`Request::detach`] instead, which never blocks and never closes anything.
 #[must_use = "dropping a Request cancels it"]
