@@ -20,10 +20,12 @@ pub fn run_with_server<E>(
         }
     };
     let port = child.stdout.take().and_then(|out| {
-        BufReader::new(out)
-            .lines()
-            .map_while(|l| l.ok())
-            .find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()))
+        let mut lines = BufReader::new(out).lines().map_while(|l| l.ok());
+        let port = lines.by_ref().find_map(|l| l.strip_prefix("PORT ").and_then(|p| p.trim().parse::<u16>().ok()));
+        // Keep reading what the server prints after its port (e.g. bench's `CONNECTED`): a
+        // closed pipe would fail its next print and end it mid-run.
+        std::thread::spawn(move || lines.for_each(drop));
+        port
     });
     let Some(port) = port else {
         let _ = child.kill();
