@@ -58,3 +58,15 @@ async def pair(handler=None, **listener_kw):
     lf.accepted = accepted
     client = await ucp.create_endpoint("127.0.0.1", lf.port)
     return lf, client, await server_ep
+
+
+async def posted(coro):
+    """Starts `coro` (a transfer) as a task and returns the task once its operation is in
+    flight in UCX, or it has already finished: a wait on that state, not a sleep that a slow
+    machine could outlast."""
+    worker = ucp.core._get_ctx().worker
+    before = worker.inflight()
+    task = asyncio.ensure_future(coro)
+    while worker.inflight() <= before and not task.done():
+        await asyncio.sleep(0)
+    return task

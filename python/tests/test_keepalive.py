@@ -12,7 +12,7 @@ import time
 import pytest
 
 import ucp
-from conftest import run
+from conftest import posted, run
 
 
 def _serve_worker_address(q):
@@ -36,8 +36,7 @@ def test_worker_address_endpoint_over_tcp_notices_a_killed_peer(fresh_ucp, block
         address = await asyncio.get_running_loop().run_in_executor(None, q.get, True, 30)
         ep = await ucp.create_endpoint_from_worker_address(address)
         await ep.send(b"x", tag=1, force_tag=True)  # the endpoint is wired up
-        pending = asyncio.ensure_future(ep.recv(bytearray(8), tag=2, force_tag=True))
-        await asyncio.sleep(0.05)
+        pending = await posted(ep.recv(bytearray(8), tag=2, force_tag=True))
         os.kill(proc.pid, signal.SIGKILL)
         start = time.monotonic()
         with pytest.raises(ucp.exceptions.UCXBaseException):

@@ -7,14 +7,13 @@ import socket
 import pytest
 
 import ucp
-from conftest import pair, run
+from conftest import pair, posted, run
 
 
 def test_close_cancels_the_peers_pending_receive(progress_mode):
     async def main():
         lf, client, server = await pair()
-        pending = asyncio.ensure_future(client.recv(bytearray(8)))
-        await asyncio.sleep(0.01)
+        pending = await posted(client.recv(bytearray(8)))
         await server.close()
         with pytest.raises(ucp.exceptions.UCXCanceled, match="Recv.*tag"):
             await pending
@@ -46,8 +45,7 @@ def test_abort_cancels_own_pending_receive_and_runs_callback_once(progress_mode)
         lf, client, server = await pair()
         calls = []
         client.set_close_callback(lambda: calls.append(1))
-        pending = asyncio.ensure_future(client.recv(bytearray(8)))
-        await asyncio.sleep(0.01)
+        pending = await posted(client.recv(bytearray(8)))
         client.abort()
         with pytest.raises(ucp.exceptions.UCXCanceled):
             await pending

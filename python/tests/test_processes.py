@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ucp
-from conftest import run
+from conftest import posted, run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -99,8 +99,7 @@ def test_killed_peer_cancels_pending_receive(progress_mode):
             ep = await server_ep
             await ep.recv(bytearray(2))
             assert await asyncio.get_running_loop().run_in_executor(None, q.get, True, 30) == "connected"
-            pending = asyncio.ensure_future(ep.recv(bytearray(8)))
-            await asyncio.sleep(0.05)
+            pending = await posted(ep.recv(bytearray(8)))
             os.kill(proc.pid, signal.SIGKILL)
             with pytest.raises((ucp.exceptions.UCXCanceled, ucp.exceptions.UCXConnectionReset, ucp.exceptions.UCXError)):
                 await asyncio.wait_for(pending, 20)
