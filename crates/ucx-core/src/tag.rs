@@ -109,20 +109,11 @@ impl ProbedMessage {
     /// waits for it. Returns whether it was received.
     pub fn discard_within(self, limit: std::time::Duration) -> bool {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: read out once; `this` is not used or dropped again.
-        let worker = unsafe { std::ptr::read(&this.worker) };
-        let (handle, len) = (this.handle, this.info.length);
-        let submitted = crate::Owned::submit(Box::new(vec![0u8; len]), false, |scratch| {
-            // SAFETY: handle is an unreceived probed message of `worker`, received only here;
-            // the scratch buffer is owned by the operation until UCX is done with it.
-            unsafe { recv_probed(&worker, handle, &mut scratch[..]) }
-        });
-        let Ok(op) = submitted else { return false };
-        let deadline = std::time::Instant::now() + limit;
-        while !op.is_complete() && std::time::Instant::now() < deadline {
-            worker.progress();
-        }
-        op.is_complete()
+        // SAFETY: `this` is an unreceived probed message, consumed here and never dropped.
+        let received = unsafe { discard_probed(&this.worker, this.handle, this.info.length, limit) };
+        // SAFETY: read out once to release the worker handle; `this` is not used again.
+        drop(unsafe { std::ptr::read(&this.worker) });
+        received
     }
 
     /// Receives it into `buf` (`ucp_tag_msg_recv_nbx`).
@@ -152,11 +143,31 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
     }
 }
 
+/// Receives probed message `msg` of `len` bytes into scratch memory and drops it, progressing
+/// `worker` for up to `limit`; see [`ProbedMessage::discard_within`]. Returns whether it was
+/// received.
+///
+/// # Safety
+/// `msg` must be a probed-and-removed message of `worker`, received exactly once.
+unsafe fn discard_probed(worker: &Worker, msg: sys::ucp_tag_message_h, len: usize, limit: std::time::Duration) -> bool {
+    let submitted = crate::Owned::submit(Box::new(vec![0u8; len]), false, |scratch| {
+        // SAFETY: guaranteed by the caller; the scratch buffer is owned by the operation
+        // until UCX is done with it.
+        unsafe { recv_probed(worker, msg, &mut scratch[..]) }
+    });
+    let Ok(op) = submitted else { return false };
+    let deadline = std::time::Instant::now() + limit;
+    while !op.is_complete() && std::time::Instant::now() < deadline {
+        worker.progress();
+    }
+    op.is_complete()
+}
+
 impl Drop for ProbedMessage {
     fn drop(&mut self) {
-        // A copy takes over the message (discard_within consumes it without dropping it).
-        let this = ProbedMessage { handle: self.handle, info: self.info, worker: self.worker.clone() };
-        this.discard_within(std::time::Duration::from_secs(1));
+        // SAFETY: a message still held here was never received (the consuming methods take
+        // it out without dropping it); it is received only here.
+        unsafe { discard_probed(&self.worker, self.handle, self.info.length, std::time::Duration::from_secs(1)) };
     }
 }
 
