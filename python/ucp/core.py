@@ -61,17 +61,19 @@ def default_max_message_size():
 _MAX_FRAMES = 1_000_000
 
 
+def _refuse(ep, why):
+    """Refuses what the peer announced: aborts the endpoint (the refused message's data would
+    otherwise be read as the next message) and raises ``UCXError`` saying ``why``."""
+    ep.abort()
+    raise UCXError(f"{why}; the endpoint was closed")
+
+
 def _check_message_size(ep, what, nbytes, max_size):
-    """Refuses a message above ``max_size``. The endpoint is aborted too: the refused
-    message's data would otherwise be read as the next message."""
+    """Refuses a message above ``max_size``."""
     if max_size is None:
         max_size = default_max_message_size()
     if nbytes > max_size:
-        ep.abort()
-        raise UCXError(
-            f"{what}: the peer announced {nbytes} bytes, more than the maximum of {max_size}; "
-            "the endpoint was closed"
-        )
+        _refuse(ep, f"{what}: the peer announced {nbytes} bytes, more than the maximum of {max_size}")
 
 
 # Loop iterations a connecting client yields after the handshake (see create_endpoint).
@@ -635,10 +637,7 @@ class Endpoint:
             # its total passes a limit, not once it has filled our memory with frame entries.
             _check_message_size(self, "recv_multi", nbytes, max_size)
             if len(layout) > _MAX_FRAMES:
-                self.abort()
-                raise UCXError(
-                    f"recv_multi: the peer announced more than {_MAX_FRAMES} frames; the endpoint was closed"
-                )
+                _refuse(self, f"recv_multi: the peer announced more than {_MAX_FRAMES} frames")
             if not more:
                 break
         if any(cuda for cuda, _ in layout) and device_allocator is None:
