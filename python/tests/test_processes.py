@@ -357,3 +357,53 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
             lf.close()
 
     run(main(), timeout=60)
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_event_loop_keeps_running_while_a_peer_streams(fresh_ucp, monkeypatch, blocking):
+    """A peer that never stops sending keeps every UCX progress round busy. Progress runs in
+    bounded batches, so the event loop's timers still fire: "progress until a round finds
+    nothing" held a receiver that had fallen behind for over a minute."""
+    monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer: eager, like the stream
+    ucp.reset()
+    ucp.init(options={"RNDV_THRESH": "inf"}, blocking_progress_mode=blocking)
+    size = 1 << 20
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        streaming = loop.create_future()
+        received = 0
+
+        async def handler(ep):
+            nonlocal received
+            buf = np.empty(size, dtype="u1")
+            try:
+                while True:
+                    await ep.recv(buf)
+                    received += 1
+                    if not streaming.done():
+                        streaming.set_result(None)
+            except ucp.exceptions.UCXBaseException:
+                pass
+            finally:
+                ep.abort()
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=_stream_forever, args=(lf.port, size))
+        proc.start()
+        try:
+            await asyncio.wait_for(streaming, 30)
+            worst, end = 0.0, loop.time() + 3
+            while loop.time() < end:
+                t = loop.time()
+                await asyncio.sleep(0.01)
+                worst = max(worst, loop.time() - t - 0.01)
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+        assert received > 10, received  # the stream did flow while the timers ran
+        assert worst < 0.5, f"a 10 ms timer fired {worst:.2f} s late while the peer streamed"
+
+    run(main(), timeout=60)

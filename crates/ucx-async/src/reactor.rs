@@ -1,9 +1,11 @@
 //! The reactor: a tokio task that drives `ucp_worker_progress` and sleeps on the worker's
 //! wakeup fd, so completions (and the tasks waiting for them) run without a thread spinning.
 //!
-//! Event mode: progress until idle, arm (`UCS_ERR_BUSY` means more to do: progress again),
-//! then await the fd through `AsyncFd` or a local nudge. tokio registers the fd edge-triggered,
-//! so the reactor always drains progress fully after a wake-up before arming again; a wake-up
+//! Event mode: progress a batch (until idle, or a bounded number of rounds, so a peer that
+//! never stops sending cannot keep this task from yielding), arm (`UCS_ERR_BUSY` means more
+//! to do: yield, progress again), then await the fd through `AsyncFd` or a local nudge. tokio
+//! registers the fd edge-triggered, so the reactor always drains progress fully after a
+//! wake-up before arming again; a wake-up
 //! with nothing to do (UCX's keepalive timer fires the fd) just loops. Polling mode never
 //! sleeps. Adaptive mode spins for a budget after the last event, then sleeps as in event mode.
 use std::io;
@@ -124,7 +126,7 @@ impl AsRawFd for WakeupFd {
 pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: ProgressMode) -> io::Result<()> {
     if mode == ProgressMode::Polling {
         loop {
-            worker.progress_all();
+            worker.progress_batch();
             tokio::task::yield_now().await;
         }
     }
@@ -141,7 +143,7 @@ pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: P
         // Spin phase (adaptive only): keep progressing while UCX is busy or recently was.
         let mut last_event = Instant::now();
         loop {
-            if worker.progress_all() > 0 {
+            if worker.progress_batch() > 0 {
                 last_event = Instant::now();
             }
             if last_event.elapsed() >= spin {

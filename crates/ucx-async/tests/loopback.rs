@@ -393,3 +393,64 @@ fn handles_are_send_and_sync() {
     check::<Endpoint>();
     check::<Listener>();
 }
+
+/// A peer on another thread streams 1 MiB eager messages without pause while this
+/// current-thread runtime receives them: every progress round finds work, yet the reactor
+/// must still yield, so this runtime's timers fire on time. Progressing "until a round finds
+/// nothing" held a receiver that had fallen behind for over a minute.
+async fn timers_fire_while_a_peer_streams(mode: ProgressMode) {
+    const SIZE: usize = 1 << 20;
+    let ctx = Context::builder().option("NET_DEVICES", "lo").option("RNDV_THRESH", "inf").build().unwrap();
+    let ws = Worker::new(&ctx, mode).unwrap();
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let addr = listener.local_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ctx2, stop2) = (ctx.clone(), stop.clone());
+    let streamer = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let wc = Worker::new(&ctx2, ProgressMode::Event).unwrap();
+            let ep = Endpoint::connect(&wc, addr).await.unwrap();
+            let data = vec![1u8; SIZE];
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                ep.send(&data[..]).await.unwrap();
+            }
+            ep.close().await.unwrap();
+        });
+    });
+    let server = listener.accept().await.unwrap();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (srv, count) = (server.clone(), received.clone());
+    let receiver = tokio::spawn(async move {
+        let mut buf = vec![0u8; SIZE];
+        while srv.recv(&mut buf[..]).await.is_ok() {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let mut worst = Duration::ZERO;
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        let t = Instant::now();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(10)));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The streamer's last send and its close need this runtime to keep receiving: joined off
+    // this thread. (Aborting here instead could leave the receive matched to a message whose
+    // tail never comes.)
+    tokio::task::spawn_blocking(move || streamer.join()).await.unwrap().unwrap();
+    receiver.await.unwrap();
+    let n = received.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n > 10, "the stream flowed while the timers ran: {n} messages");
+    assert!(worst < Duration::from_millis(500), "a 10 ms timer fired {worst:?} late in {mode:?}");
+}
+
+#[tokio::test]
+async fn timers_fire_while_a_peer_streams_event_mode() {
+    timers_fire_while_a_peer_streams(ProgressMode::Event).await;
+}
+
+#[tokio::test]
+async fn timers_fire_while_a_peer_streams_polling_mode() {
+    timers_fire_while_a_peer_streams(ProgressMode::Polling).await;
+}

@@ -12,6 +12,13 @@ use crate::live::{self, Kind};
 use crate::request::{self, Callback, Completion, Submitted};
 use crate::{sys, text};
 
+/// The most rounds [`Worker::progress_batch`] runs. While a peer keeps sending, every round
+/// finds work, so "progress until a round finds nothing" may never end, and the event loop
+/// that called it (its timers, its other endpoints) starves; a receiver that had fallen behind
+/// a streaming peer stalled its loop for over a minute. 64 rounds is far past what an idle
+/// worker or a single message needs.
+pub const PROGRESS_BATCH: u32 = 64;
+
 /// A UCP worker. Cheap to clone; endpoints, listeners and requests keep theirs alive, and it
 /// keeps its [`Context`] alive.
 ///
@@ -159,16 +166,19 @@ impl Worker {
         unsafe { sys::ucp_worker_progress(self.inner.handle) }
     }
 
-    /// Progresses until a round handles nothing; returns the total events handled.
-    pub fn progress_all(&self) -> u32 {
+    /// Progresses until a round handles nothing or [`PROGRESS_BATCH`] rounds have run; returns
+    /// the total events handled. A caller that wants the worker idle checks [`Worker::arm`]
+    /// (busy: more to do) after yielding to its event loop.
+    pub fn progress_batch(&self) -> u32 {
         let mut total = 0;
-        loop {
+        for _ in 0..PROGRESS_BATCH {
             let n = self.progress();
             if n == 0 {
-                return total;
+                break;
             }
             total += n;
         }
+        total
     }
 
     /// The worker's wakeup file descriptor (`ucp_worker_get_efd`): readable after

@@ -403,7 +403,7 @@ fn flush_fence_arm_signal_and_info() {
     let fd = p.server.wakeup_fd().unwrap();
     let mut tries = 0;
     while p.server.arm().unwrap() == Armed::Busy {
-        p.server.progress_all();
+        p.server.progress_batch();
         tries += 1;
         assert!(tries < 10_000);
     }
@@ -413,9 +413,9 @@ fn flush_fence_arm_signal_and_info() {
     assert!(readable(fd, 2000), "signal from another thread wakes the fd");
 
     // An incoming message also wakes an armed worker.
-    p.server.progress_all();
+    p.server.progress_batch();
     while p.server.arm().unwrap() == Armed::Busy {
-        p.server.progress_all();
+        p.server.progress_batch();
     }
     let mut b = [0u8; 2];
     let r = p.server.tag_recv(&mut b, 8, FULL_MASK).unwrap();

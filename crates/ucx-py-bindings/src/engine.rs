@@ -386,11 +386,12 @@ impl Engine {
         tracked
     }
 
-    /// Progresses the worker until it has nothing more to do, with the GIL released, then
+    /// Progresses the worker one batch (until idle, at most `PROGRESS_BATCH` rounds, so a
+    /// peer that never stops sending cannot hold the event loop), with the GIL released, then
     /// delivers everything that happened. Returns whether anything was delivered.
     pub(crate) fn progress(&self, py: Python<'_>) -> bool {
         let worker = &self.worker;
-        py.allow_threads(|| while worker.progress() != 0 {});
+        py.allow_threads(|| worker.progress_batch());
         self.drain(py)
     }
 
@@ -480,7 +481,7 @@ impl Engine {
     /// died mid-message (a multi-fragment eager message over shared memory) never completes:
     /// its task hung. Each is failed now; its buffer stays with UCX (the `Owned` is let go),
     /// which is sound whatever UCX does later.
-    fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, status: Status) {
+    pub(crate) fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, status: Status) {
         let stuck: Vec<Op> = {
             let mut ops = lock(&self.ops);
             let ids: Vec<u64> = ops

@@ -49,8 +49,9 @@ impl Worker {
         self.engine.worker.id()
     }
 
-    /// Progresses until UCX has nothing more to do, then resolves what finished. Returns
-    /// whether anything finished or arrived.
+    /// Progresses until UCX has nothing more to do (or one bounded batch of rounds, while a
+    /// peer keeps sending), then resolves what finished. Returns whether anything finished or
+    /// arrived.
     fn progress(&self, py: Python<'_>) -> bool {
         let delivered = self.engine.progress(py);
         // Whoever progressed outside the driver may have consumed a wake-up the driver was

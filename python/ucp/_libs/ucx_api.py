@@ -133,7 +133,8 @@ class UCXWorker(UCXObject):
         return self._context
 
     def progress(self):
-        """Progresses until UCX has nothing more to do; runs completion callbacks."""
+        """Progresses until UCX has nothing more to do (at most one bounded batch of rounds);
+        runs completion callbacks."""
         self._native.progress()
 
     def arm(self):
