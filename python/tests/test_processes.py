@@ -359,6 +359,62 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
     run(main(), timeout=60)
 
 
+def _die_mid_message(port, size):
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        await ep.send(np.ones(1, dtype="u1"))
+        # Post the big send without progressing the worker: UCX writes what the socket takes
+        # (its first fragments, or a rendezvous request), and the process dies before the rest.
+        ep._ep.tag_send(np.ones(size, dtype="u1"), ep._tags["msg_send"])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["eager", "rendezvous"])
+def test_receive_after_the_peer_died_mid_message_fails(fresh_ucp, monkeypatch, protocol):
+    """The peer dies while its big message is arriving, and only then is the receive posted.
+    A waiting message may still be received after its peer failed, but this one is missing
+    its tail (eager) or its source (rendezvous): the receive must fail, not hang. The eager
+    case hung until some later, unrelated event (40-75 s) before the receive checked this."""
+    size = 256 << 20  # far more than a socket takes at once
+    if protocol == "eager":
+        monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer
+        ucp.reset()
+        ucp.init(options={"RNDV_THRESH": "inf"})
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+
+        async def handler(ep):
+            try:
+                await ep.recv(np.empty(1, dtype="u1"))
+                while ep._ep.is_alive():
+                    await asyncio.sleep(0.001)
+                assert ep._worker.tag_probe(ep._tags["msg_recv"]), "no part of the message arrived"
+                await asyncio.wait_for(ep.recv(np.empty(size, dtype="u1")), 10)
+                outcome.set_result("received")
+            except BaseException as e:  # the expected failure, or a timeout the test reports
+                outcome.set_result(e)
+            finally:
+                ep.abort()
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=_die_mid_message, args=(lf.port, size))
+        proc.start()
+        try:
+            result = await asyncio.wait_for(outcome, 60)
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+        assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
+
+    run(main(), timeout=90)
+
+
 @pytest.mark.parametrize("blocking", [True, False])
 def test_event_loop_keeps_running_while_a_peer_streams(fresh_ucp, monkeypatch, blocking):
     """A peer that never stops sending keeps every UCX progress round busy. Progress runs in

@@ -355,7 +355,37 @@ impl Endpoint {
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
         let shared = Some(&*self.shared);
-        crate::worker::tag_recv(&self.engine, py, buffer, tag, ucx_core::FULL_MASK, on_done, shared, name, spin_us)
+        let pending = crate::worker::tag_recv(
+            &self.engine,
+            py,
+            buffer,
+            tag,
+            ucx_core::FULL_MASK,
+            on_done,
+            shared,
+            name,
+            spin_us,
+        )?;
+        if pending.is_some() {
+            self.fail_if_peer_gone(py);
+        }
+        Ok(pending)
+    }
+
+    /// Fails this endpoint's unfinished operations if its peer has failed. A receive posted
+    /// after that can only be matched to a message that had already arrived, and UCX may
+    /// match it to the head of a multi-fragment eager message whose tail died with the peer:
+    /// the endpoint's failure has already been handled, so nothing else would ever end it.
+    /// The worker is progressed first, so fragments UCX holds but has not processed yet can
+    /// still complete it.
+    fn fail_if_peer_gone(&self, py: Python<'_>) {
+        if self.failure().is_none() {
+            return;
+        }
+        self.engine.progress(py);
+        if let Some(status) = self.failure() {
+            self.engine.fail_stuck_ops_of(py, self.shared.key, status);
+        }
     }
 
     fn failure(&self) -> Option<Status> {
