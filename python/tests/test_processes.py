@@ -463,3 +463,56 @@ def test_event_loop_keeps_running_while_a_peer_streams(fresh_ucp, monkeypatch, b
         assert worst < 0.5, f"a 10 ms timer fired {worst:.2f} s late while the peer streamed"
 
     run(main(), timeout=60)
+
+
+def _stop_mid_message(port, size):
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        await ep.send(np.ones(1, dtype="u1"))
+        # As _die_mid_message, but the process stays alive (stopped) with its connection open.
+        ep._ep.tag_send(np.ones(size, dtype="u1"), ep._tags["msg_send"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    asyncio.run(main())
+
+
+def test_abort_fails_a_receive_matched_to_an_unfinished_message(fresh_ucp, monkeypatch):
+    """A receive UCX has matched to the head of a multi-fragment eager message ignores
+    UCX's cancel; once the endpoint is aborted the tail can never arrive, so the receive must
+    fail, not wait forever (it did: abort canceled it and UCX kept it)."""
+    size = 256 << 20
+    monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer
+    ucp.reset()
+    ucp.init(options={"RNDV_THRESH": "inf"})
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+
+        async def handler(ep):
+            try:
+                await ep.recv(np.empty(1, dtype="u1"))
+                while not ep._worker.tag_probe(ep._tags["msg_recv"]):  # the head is here
+                    await asyncio.sleep(0.001)
+                recv = await posted(ep.recv(np.empty(size, dtype="u1")))
+                ep.abort()
+                await asyncio.wait_for(recv, 10)
+                outcome.set_result("received")
+            except BaseException as e:  # the expected failure, or a timeout the test reports
+                outcome.set_result(e)
+            finally:
+                ep.abort()
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=_stop_mid_message, args=(lf.port, size))
+        proc.start()
+        try:
+            result = await asyncio.wait_for(outcome, 60)
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+        assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
+
+    run(main(), timeout=90)

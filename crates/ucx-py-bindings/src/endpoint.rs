@@ -319,6 +319,9 @@ pub(crate) fn close_shared(
     let closed = py.allow_threads(|| close_within(&ep, mode));
     // Deliver the cancellations now, so awaiting tasks see them on their next step.
     engine.progress(py);
+    // What the cancel and the close did not end waits for a message tail that can no longer
+    // come (see `Engine::fail_stuck_ops_of`).
+    engine.fail_stuck_ops_of(py, shared.key, "the endpoint was closed");
     lock(&engine.endpoints).remove(&shared.key);
     crate::am::forget(engine, shared.handle);
     shared.run_close_callback(py);
@@ -384,7 +387,7 @@ impl Endpoint {
         }
         self.engine.progress(py);
         if let Some(status) = self.failure() {
-            self.engine.fail_stuck_ops_of(py, self.shared.key, status);
+            self.engine.fail_stuck_ops_of(py, self.shared.key, &format!("the peer failed ({status})"));
         }
     }
 

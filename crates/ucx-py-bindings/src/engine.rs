@@ -469,19 +469,20 @@ impl Engine {
         let Some(shared) = shared else { return };
         lock(&shared.failure).get_or_insert(status);
         let n = self.cancel_ops_of(key);
-        self.fail_stuck_ops_of(py, key, status);
+        self.fail_stuck_ops_of(py, key, &format!("the peer failed ({status})"));
         let waiting =
             crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
         self.canceled_on_error.fetch_add(n + waiting as u64, Ordering::Relaxed);
         shared.run_close_callback(py);
     }
 
-    /// Fails the operations of endpoint `key` that its failure and their cancel did not end.
-    /// UCX ignores the cancel of a receive it has matched to a message, and one whose sender
-    /// died mid-message (a multi-fragment eager message over shared memory) never completes:
-    /// its task hung. Each is failed now; its buffer stays with UCX (the `Owned` is let go),
-    /// which is sound whatever UCX does later.
-    pub(crate) fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, status: Status) {
+    /// Fails the operations of endpoint `key` that its failure (or closing) and their cancel
+    /// did not end; `why` says what happened. UCX ignores the cancel of a receive it has
+    /// matched to a message, and one whose tail can no longer arrive (a multi-fragment eager
+    /// message whose sender died, or whose endpoint we closed) never completes: its task hung.
+    /// Each is failed now; its buffer stays with UCX (the `Owned` is let go), which is sound
+    /// whatever UCX does later.
+    pub(crate) fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, why: &str) {
         let stuck: Vec<Op> = {
             let mut ops = lock(&self.ops);
             let ids: Vec<u64> = ops
@@ -492,7 +493,7 @@ impl Engine {
             ids.into_iter().filter_map(|id| ops.remove(&id)).collect()
         };
         for op in stuck {
-            let msg = format!("<{}>: the peer failed ({status}) before UCX finished this", op.meta.name.render());
+            let msg = format!("<{}>: {why} before UCX finished this", op.meta.name.render());
             op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, msg)));
         }
     }
