@@ -57,6 +57,14 @@ pub enum Error {
     },
     /// The listener was closed.
     ListenerClosed,
+    /// The caller passed something the operation cannot take (a rank out of range, a tag or
+    /// world size the tag layout cannot hold, buffers of the wrong size).
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
     /// An error UCX (or ucx-core) reported.
     Ucx(ucx_core::Error),
 }
@@ -73,7 +81,7 @@ impl Error {
             Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::ListenerClosed => Status::Canceled,
             Error::PeerFailed { status, .. } => *status,
             Error::HandshakeTimeout { .. } => Status::TimedOut,
-            Error::Protocol { .. } | Error::NoTags { .. } => Status::InvalidParam,
+            Error::Protocol { .. } | Error::NoTags { .. } | Error::InvalidArgument { .. } => Status::InvalidParam,
             Error::NoAllocator { .. } => Status::Unsupported,
             Error::Ucx(e) => e.status(),
         }
@@ -101,6 +109,7 @@ impl fmt::Display for Error {
                 write!(f, "Endpoint::am_recv: no allocator registered for {memory_type:?} memory")
             }
             Error::ListenerClosed => write!(f, "Listener::accept: the listener is closed"),
+            Error::InvalidArgument { op, detail } => write!(f, "{op}: {detail}"),
             Error::Ucx(e) => e.fmt(f),
         }
     }

@@ -9,6 +9,8 @@
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
+//! - [`collective`]: [`Communicator`] over N ranks (bootstrap, messages by rank, `barrier`,
+//!   `allgather`, `alltoallv`) and [`Launch`], the launcher's variables.
 //! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
 //!   handshake timeout, protocol violation, or UCX's own error); [`Result`].
 //!
@@ -17,6 +19,7 @@
 #![warn(missing_docs)]
 
 mod am;
+pub mod collective;
 mod endpoint;
 mod error;
 mod handshake;
@@ -27,6 +30,7 @@ mod reactor;
 mod worker;
 
 pub use am::{AmAllocator, AmBuffer};
+pub use collective::{Communicator, Launch};
 pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Result};
 pub use handshake::Tags;

@@ -6,7 +6,9 @@
 #[path = "common/fuzz.rs"]
 mod fuzz;
 use fuzz::{cases, Rng};
-use ucx_core::wire::{am_header, ctrl::CtrlMsg, detect, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN};
+use ucx_core::wire::{
+    am_header, bootstrap, ctrl::CtrlMsg, detect, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN,
+};
 
 #[test]
 fn decoders_never_panic_and_round_trip() {
@@ -42,6 +44,15 @@ fn decoders_never_panic_and_round_trip() {
         first.iter_mut().for_each(|x| *x = rng.next() as u8);
         let _ = detect(&first);
         let _ = worker_address::validate(&rng.bytes(64));
+        // The bootstrap's messages: random bytes, and a valid table with one byte changed.
+        let _ = bootstrap::Hello::decode(&rng.bytes(32));
+        let _ = bootstrap::decode_table(&rng.bytes(48));
+        let mut t = bootstrap::encode_table(&[rng.bytes(9), rng.bytes(3)]);
+        let i = rng.next() as usize % t.len();
+        t[i] = rng.next() as u8;
+        if let Ok(table) = bootstrap::decode_table(&t) {
+            assert_eq!(bootstrap::encode_table(&table), t);
+        }
     }
     // Random bytes of the right size carry no valid checksum: those decoders refuse them; the
     // others take any value of the right size.

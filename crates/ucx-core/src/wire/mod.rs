@@ -17,6 +17,7 @@
 //! | UCX-Py active-message header | 4 | `mem_type: i32` (`ucs_memory_type_t`) | [`am_header`] |
 //! | UCX-Py `send_obj` length prefix | 8 | `nbytes: u64` | [`obj_len`] |
 //! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
+//! | our communicator's hello and address table | varies | see the module | [`bootstrap`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -29,6 +30,7 @@ use std::fmt;
 use sha1::{Digest, Sha1};
 
 pub mod am_header;
+pub mod bootstrap;
 pub mod ctrl;
 pub mod handshake;
 pub mod obj_len;
@@ -58,6 +60,13 @@ pub enum WireError {
         /// The checksum field as received.
         got: u64,
     },
+    /// A variable-length message that does not parse.
+    Malformed {
+        /// Which message was being decoded.
+        what: &'static str,
+        /// What was wrong with it.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for WireError {
@@ -70,6 +79,7 @@ impl fmt::Display for WireError {
             Self::ChecksumInvalid { expected, got } => {
                 write!(f, "Checksum invalid! {expected:#x} != {got:#x}")
             }
+            Self::Malformed { what, why } => write!(f, "{what}: {why}"),
         }
     }
 }

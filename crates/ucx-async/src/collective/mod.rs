@@ -1,0 +1,16 @@
+//! Collectives over N ranks: a [`Communicator`] connects every rank to every other (bootstrap
+//! through rank 0's listener, then worker addresses), and offers point-to-point messages by
+//! rank, `barrier`, `allgather` and `alltoallv`.
+//!
+//! - `tag`: the tag layout (user tag, source rank, batch) and its limits, without I/O.
+//! - `launch`: rank, size and root address from torchrun, Open MPI or PMI variables.
+//! - `bootstrap`: the hello and address-table messages, and their exchange.
+//! - `communicator`: [`Communicator`] itself.
+mod bootstrap;
+mod communicator;
+mod launch;
+mod tag;
+
+pub use communicator::{Communicator, BOOTSTRAP_TIMEOUT};
+pub use launch::Launch;
+pub use tag::{MAX_BATCHES, MAX_RANKS, MAX_USER_TAG};

@@ -1,0 +1,164 @@
+//! The communicator over real UCX on 127.0.0.1, all ranks in this process (one worker each):
+//! bootstrap, messages by rank, barrier, allgather, alltoallv with random sizes, the limits,
+//! and a rank that fails mid-collective.
+use std::future::Future;
+use std::time::Duration;
+
+use ucx_async::core::Context;
+use ucx_async::{Communicator, Error, Listener, ProgressMode, Worker};
+
+/// Runs `body(comm)` on `n` ranks at once and returns their results by rank.
+async fn world<T, F, Fut>(n: usize, body: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Communicator) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    let workers: Vec<Worker> = (0..n).map(|_| Worker::new(&ctx, ProgressMode::Event).unwrap()).collect();
+    let mut listener = Some(Listener::bind(&workers[0], "127.0.0.1:0".parse().unwrap()).unwrap());
+    let root = listener.as_ref().unwrap().local_addr();
+    let mut tasks = Vec::new();
+    for (rank, w) in workers.into_iter().enumerate() {
+        let body = body.clone();
+        let listener = listener.take();
+        tasks.push(tokio::spawn(async move {
+            let comm = match listener {
+                Some(l) => Communicator::serve(&w, &l, n).await,
+                None => Communicator::bootstrap(&w, rank, n, root).await,
+            };
+            body(comm.unwrap()).await
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(tokio::time::timeout(Duration::from_secs(60), t).await.expect("no rank hangs").unwrap());
+    }
+    out
+}
+
+/// The bytes rank `src` sends rank `dst` in round `round`: their length is random (zero
+/// included) and their content names them.
+fn part(src: usize, dst: usize, round: u64) -> Vec<u8> {
+    let mut x =
+        (src as u64 * 131 + dst as u64 * 7 + round * 1_000_003).wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    x ^= x >> 29;
+    let len = match x % 5 {
+        0 => 0,
+        1 => (x >> 8) as usize % 64,
+        2 => (x >> 8) as usize % 70_000,
+        _ => (x >> 8) as usize % (3 << 20),
+    };
+    (0..len).map(|i| (i as u64 ^ x ^ (src as u64) << 3 ^ dst as u64) as u8).collect()
+}
+
+async fn alltoallv_rounds(n: usize) {
+    let sizes = world(n, move |c| async move {
+        let mut seen = 0usize;
+        for round in 0..4 {
+            let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
+            let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+            let got = c.alltoallv(&refs).await.unwrap();
+            for (src, bytes) in got.iter().enumerate() {
+                assert_eq!(bytes, &part(src, c.rank(), round), "round {round}: rank {src} -> {}", c.rank());
+                seen += bytes.len();
+            }
+        }
+        c.close().await.unwrap();
+        seen
+    })
+    .await;
+    assert_eq!(sizes.len(), n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_one_rank() {
+    alltoallv_rounds(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_two_ranks() {
+    alltoallv_rounds(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_four_ranks() {
+    alltoallv_rounds(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_with_every_part_empty() {
+    world(3, |c| async move {
+        let got = c.alltoallv(&[&[][..]; 3]).await.unwrap();
+        assert!(got.iter().all(Vec::is_empty));
+        c.close().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allgather_and_messages_by_rank() {
+    world(4, |c| async move {
+        let mine = [c.rank() as u8; 5];
+        let mut all = vec![0u8; 20];
+        c.allgather(&mine, &mut all).await.unwrap();
+        for r in 0..4 {
+            assert_eq!(&all[r * 5..r * 5 + 5], &[r as u8; 5]);
+        }
+        // Rank r sends two tagged messages to rank r+1, second tag first: the receiver
+        // matches by source and tag, not by arrival.
+        let (next, prev) = ((c.rank() + 1) % 4, (c.rank() + 3) % 4);
+        c.send(next, &[c.rank() as u8, 2][..], 2).await.unwrap();
+        c.send(next, &[c.rank() as u8, 1][..], 1).await.unwrap();
+        let mut b = [0u8; 2];
+        assert_eq!(c.recv(prev, &mut b[..], 1).await.unwrap(), 2);
+        assert_eq!(b, [prev as u8, 1]);
+        c.recv(prev, &mut b[..], 2).await.unwrap();
+        assert_eq!(b, [prev as u8, 2]);
+        c.close().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_errors_that_name_the_value() {
+    world(2, |c| async move {
+        let e = c.send(1, &[1u8][..], 1 << 31).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("0x80000000"), "{e}");
+        let e = c.send(2, &[1u8][..], 1).await.unwrap_err();
+        assert!(e.to_string().contains("rank 2 is not below the world size 2"), "{e}");
+        let e = c.alltoallv(&[&[1u8][..]]).await.unwrap_err();
+        assert!(e.to_string().contains("1 parts for 2 ranks"), "{e}");
+        let e = c.allgather(&[1, 2], &mut [0u8; 3]).await.unwrap_err();
+        assert!(e.to_string().contains("out holds 3 bytes"), "{e}");
+        c.close().await.unwrap();
+    })
+    .await;
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    let w = Worker::new(&ctx, ProgressMode::Event).unwrap();
+    let root = "127.0.0.1:1".parse().unwrap();
+    let e = Communicator::bootstrap(&w, 2, 2, root).await.unwrap_err();
+    assert!(e.to_string().contains("rank 2 is not below the world size 2"), "{e}");
+    let e = Communicator::bootstrap(&w, 0, 70_000, root).await.unwrap_err();
+    assert!(e.to_string().contains("1 to 65536 ranks"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rank_fails_the_others_collective_and_nothing_hangs() {
+    let results = world(3, |c| async move {
+        c.barrier().await.unwrap();
+        if c.rank() == 2 {
+            drop(c); // its endpoints go without a word: the others see it fail
+            return None;
+        }
+        let parts = vec![vec![7u8; 1 << 16]; 3];
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        Some(tokio::time::timeout(Duration::from_secs(30), c.alltoallv(&refs)).await)
+    })
+    .await;
+    for (rank, r) in results.into_iter().enumerate().take(2) {
+        let r = r.unwrap().expect("the collective fails, not hangs");
+        let e = r.expect_err("rank 2 is gone");
+        assert!(e.is_disconnect(), "rank {rank}: {e}");
+    }
+}
