@@ -36,6 +36,34 @@ fn bench_answers_help() {
     assert_answers_help("bench");
 }
 
+#[test]
+fn hash_join_answers_help() {
+    assert_answers_help("hash_join");
+}
+
+#[test]
+fn hash_join_on_three_ranks_matches_the_single_process_join() {
+    let path = example("hash_join").expect("example hash_join is missing: run `cargo test -p ucx-async`");
+    let mut child = Command::new(path)
+        .args(["--ranks", "3", "--rows", "20000"])
+        .env_remove("RANK")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run hash_join");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("poll hash_join").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hash_join did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("hash_join output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}\n{stdout}", out.status);
+    assert!(stdout.contains("RESULT pairs=") && stdout.contains("matches the single-process join"), "{stdout}");
+}
+
 #[cfg(feature = "cuda")]
 #[test]
 fn echo_cuda_answers_help() {

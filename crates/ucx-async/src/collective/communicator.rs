@@ -73,8 +73,10 @@ impl Communicator {
         let peers = table.iter().map(|a| Endpoint::connect_to_worker(worker, a, None)).collect::<Result<Vec<_>>>()?;
         let comm = Communicator { rank, peers, seq: AtomicU32::new(0) };
         comm.barrier().await?;
+        // Aborted, not closed: both sides let go at once, and a close's control message
+        // would reach an endpoint already gone and wait in UCX's queue, unmatched, forever.
         for ep in bootstrap {
-            let _ = ep.close().await; // both sides close; whichever is second finds it closed
+            ep.abort();
         }
         Ok(comm)
     }
