@@ -8,11 +8,13 @@
 //! itself, as `torchrun` would). Under a launcher that sets `RANK`, `WORLD_SIZE`,
 //! `MASTER_ADDR`, `MASTER_PORT` (torchrun, or mpirun with those two exported) it runs as that
 //! rank. Options: `--ranks N` (default 2), `--rows R` per rank and table (default 1,000,000).
+#[path = "common/launch.rs"]
+mod launch;
 #[path = "common/usage.rs"]
 mod usage;
 
 use std::collections::HashMap;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Instant;
 
 use ucx_async::core::Context;
@@ -30,19 +32,10 @@ const ROW: usize = 16; // key: u64, payload: u64, little-endian
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     usage::exit_if_help(&args, USAGE);
-    let opt = |name: &str, default: usize| -> usize {
-        match args.iter().position(|a| a == name).map(|i| args.get(i + 1).map(|v| v.parse())) {
-            None => default,
-            Some(Some(Ok(v))) => v,
-            _ => {
-                eprintln!("hash_join: {name} needs a number\n\n{USAGE}");
-                std::process::exit(2);
-            }
-        }
-    };
-    let (ranks, rows) = (opt("--ranks", 2), opt("--rows", 1_000_000));
+    let opt = |name| launch::number_option(&args, name, USAGE);
+    let (ranks, rows) = (opt("--ranks").unwrap_or(2), opt("--rows").unwrap_or(1_000_000));
     if std::env::var_os("RANK").is_none() {
-        return launch(ranks, &args);
+        return launch::run_ranks("hash_join", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     match rt.block_on(rank_main(rows)) {
@@ -52,52 +45,6 @@ fn main() -> ExitCode {
             eprintln!("hash_join rank {}: {e}", std::env::var("RANK").unwrap_or_default());
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Starts `ranks` copies of this program as ranks 0..N on 127.0.0.1 and waits for them all.
-fn launch(ranks: usize, args: &[String]) -> ExitCode {
-    // A free port for rank 0's listener (released here, bound again by rank 0 at once).
-    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => {
-            eprintln!("hash_join: no free port on 127.0.0.1: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let exe = std::env::current_exe().expect("own path");
-    let children: Vec<_> = (0..ranks)
-        .map(|r| {
-            let mut cmd = Command::new(&exe);
-            if std::env::var_os("UCX_NET_DEVICES").is_none() {
-                cmd.env("UCX_NET_DEVICES", "lo"); // the ranks meet on 127.0.0.1
-            }
-            cmd.args(&args[1..])
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", ranks.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .spawn()
-        })
-        .collect();
-    let mut ok = true;
-    for (r, child) in children.into_iter().enumerate() {
-        match child.and_then(|mut c| c.wait()) {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                eprintln!("hash_join: rank {r} ended with {status}");
-                ok = false;
-            }
-            Err(e) => {
-                eprintln!("hash_join: rank {r} could not run: {e}");
-                ok = false;
-            }
-        }
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 

@@ -162,3 +162,20 @@ async fn a_failed_rank_fails_the_others_collective_and_nothing_hangs() {
         assert!(e.is_disconnect(), "rank {rank}: {e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_into_reuses_buffers_across_calls_of_changing_sizes() {
+    world(3, |c| async move {
+        let mut out = Vec::new();
+        for round in 10..16 {
+            let mine: Vec<Vec<u8>> = (0..3).map(|d| part(c.rank(), d, round)).collect();
+            let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+            c.alltoallv_into(&refs, &mut out).await.unwrap();
+            for (src, bytes) in out.iter().enumerate() {
+                assert_eq!(bytes, &part(src, c.rank(), round), "round {round}: rank {src} -> {}", c.rank());
+            }
+        }
+        c.close().await.unwrap();
+    })
+    .await;
+}

@@ -42,6 +42,11 @@ fn hash_join_answers_help() {
 }
 
 #[test]
+fn alltoall_answers_help() {
+    assert_answers_help("alltoall");
+}
+
+#[test]
 fn hash_join_on_three_ranks_matches_the_single_process_join() {
     let path = example("hash_join").expect("example hash_join is missing: run `cargo test -p ucx-async`");
     let mut child = Command::new(path)

@@ -163,45 +163,64 @@ impl Communicator {
     /// rank `r`, and the result's element `r` is what rank `r` sent this rank. The sizes are
     /// exchanged first, so each part is received straight into a buffer of its size.
     pub async fn alltoallv(&self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.alltoallv_into(parts, &mut out).await?;
+        Ok(out)
+    }
+
+    /// [`Communicator::alltoallv`] into `out`, whose buffers are resized to what each rank
+    /// sends and reused: called again with the same `out`, it allocates nothing once the
+    /// buffers have grown to their sizes (and UCX finds them already registered).
+    pub async fn alltoallv_into(&self, parts: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()> {
         let op = "Communicator::alltoallv";
         if parts.len() != self.size() {
             return Err(invalid(op, format!("{} parts for {} ranks", parts.len(), self.size())));
         }
         let seq = self.next_seq();
         let me = self.rank;
-        // Phase 1 (batch 0): the sizes.
+        let others = || (0..self.size()).filter(move |&r| r != me);
+        // Phase 1 (batch 0): the sizes. This rank's own part never leaves the process.
         let sizes: Vec<[u8; 8]> = parts.iter().map(|p| (p.len() as u64).to_le_bytes()).collect();
-        let size_sends = self
-            .peers
-            .iter()
-            .zip(&sizes)
-            .map(|(ep, s)| async move { ep.send_tag(&s[..], tag::own(seq, me, 0, op)?).await });
+        let size_sends = others().map(|r| {
+            let s = &sizes[r];
+            async move { self.peers[r].send_tag(&s[..], tag::own(seq, me, 0, op)?).await }
+        });
         let mut incoming = vec![[0u8; 8]; self.size()];
-        let size_recvs = incoming.iter_mut().enumerate().map(|(r, s)| async move {
+        incoming[me] = sizes[me];
+        let size_recvs = incoming.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, s)| async move {
             let n = self.peers[r].recv_tag(&mut s[..], tag::own(seq, r, 0, op)?, FULL_MASK).await?;
             expect_len(op, r, n, 8)
         });
         tokio::try_join!(try_join_all(size_sends), try_join_all(size_recvs))?;
         // Phase 2 (batch 1): the parts, zero-size ones not sent at all.
-        let mut out: Vec<Vec<u8>> = Vec::with_capacity(self.size());
-        for (r, s) in incoming.iter().enumerate() {
+        out.resize_with(self.size(), Vec::new);
+        for (r, (s, buf)) in incoming.iter().zip(out.iter_mut()).enumerate() {
             let n = u64::from_le_bytes(*s);
-            let n = usize::try_from(n).map_err(|_| invalid(op, format!("rank {r} announced {n} bytes")))?;
-            out.push(vec![0u8; n]);
+            let n = usize::try_from(n).ok().filter(|&n| buf.try_reserve(n.saturating_sub(buf.len())).is_ok());
+            let Some(n) = n else {
+                return Err(Error::Protocol {
+                    op,
+                    detail: format!(
+                        "rank {r} announced a part of {} bytes, which cannot be allocated",
+                        u64::from_le_bytes(*s)
+                    ),
+                });
+            };
+            buf.clear();
+            buf.resize(n, 0);
         }
-        let sends = self
-            .peers
-            .iter()
-            .zip(parts)
-            .filter(|(_, p)| !p.is_empty())
-            .map(|(ep, p)| async move { ep.send_tag(*p, tag::own(seq, me, 1, op)?).await });
-        let recvs = out.iter_mut().enumerate().filter(|(_, b)| !b.is_empty()).map(|(r, b)| async move {
+        out[me].copy_from_slice(parts[me]);
+        let sends = others().filter(|&r| !parts[r].is_empty()).map(|r| {
+            let p = parts[r];
+            async move { self.peers[r].send_tag(p, tag::own(seq, me, 1, op)?).await }
+        });
+        let recvs = out.iter_mut().enumerate().filter(|(r, b)| *r != me && !b.is_empty()).map(|(r, b)| async move {
             let want = b.len();
             let n = self.peers[r].recv_tag(&mut b[..], tag::own(seq, r, 1, op)?, FULL_MASK).await?;
             expect_len(op, r, n, want)
         });
         tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
-        Ok(out)
+        Ok(())
     }
 
     /// Closes the endpoints to every rank (after a final barrier, so no rank closes while

@@ -1,0 +1,92 @@
+//! `alltoallv` throughput over ucx-async's `Communicator`, per-pair sizes from 1 KiB to
+//! 64 MiB, as `scripts/bench_alltoall.sh` compares it with MPI's `Alltoallv`.
+//!
+//! Run: `cargo run --release -p ucx-async --example alltoall -- --ranks 4` (starts the ranks
+//! itself), or under a launcher that sets `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
+//! Rank 0 prints one `RESULT` line per size: the median time of one `alltoallv` (the slowest
+//! rank's, each iteration) and the bytes all ranks sent to other ranks per second.
+#[path = "common/launch.rs"]
+mod launch;
+#[path = "common/usage.rs"]
+mod usage;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ucx_async::core::Context;
+use ucx_async::{Communicator, ProgressMode, Worker};
+
+const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling]
+
+alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --max-size
+(default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
+4 MiB), progress --mode event (sleep on the wakeup fd, the default) or polling (as MPI
+does). Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
+    let opt = |name| launch::number_option(&args, name, USAGE);
+    let (ranks, max, iters) =
+        (opt("--ranks").unwrap_or(2), opt("--max-size").unwrap_or(64 << 20), opt("--iters").unwrap_or(20));
+    let mode = match args.iter().position(|a| a == "--mode").map(|i| args.get(i + 1).map(String::as_str)) {
+        None | Some(Some("event")) => ProgressMode::Event,
+        Some(Some("polling")) => ProgressMode::Polling,
+        _ => {
+            eprintln!("--mode is event or polling\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if std::env::var_os("RANK").is_none() {
+        return launch::run_ranks("alltoall", ranks, &args);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    match rt.block_on(rank_main(max, iters, mode)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn rank_main(max: usize, iters: usize, mode: ProgressMode) -> ucx_async::Result<()> {
+    let ctx = Context::builder().build()?;
+    let worker = Worker::new(&ctx, mode)?;
+    let comm = Communicator::from_env(&worker).await?;
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let mut size = 1 << 10;
+    while size <= max {
+        let parts: Vec<Vec<u8>> = (0..ranks).map(|r| vec![(rank * ranks + r) as u8; size]).collect();
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let n = if size > 4 << 20 { iters.div_ceil(4).max(3) } else { iters };
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            comm.alltoallv_into(&refs, &mut got).await?; // warm-up: connections, registration, buffers
+        }
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            comm.barrier().await?;
+            let t = Instant::now();
+            comm.alltoallv_into(&refs, &mut got).await?;
+            let mine = (t.elapsed().as_nanos() as u64).to_le_bytes();
+            debug_assert!(got.iter().enumerate().all(|(s, b)| b.len() == size && b[0] == (s * ranks + rank) as u8));
+            let mut all = vec![0u8; 8 * ranks];
+            comm.allgather(&mine, &mut all).await?;
+            let slowest = all.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).max();
+            times.push(slowest.unwrap_or(0));
+        }
+        times.sort_unstable();
+        let median_ns = times[times.len() / 2].max(1);
+        if rank == 0 {
+            let moved = (ranks * (ranks - 1) * size) as f64;
+            println!(
+                "RESULT impl=ucx-async mode={mode:?} ranks={ranks} size={size} median_us={:.1} gbps={:.3}",
+                median_ns as f64 / 1e3,
+                moved / median_ns as f64
+            );
+        }
+        size *= 4;
+    }
+    comm.close().await
+}
