@@ -1,6 +1,7 @@
 """Across processes: a peer killed mid-receive, spawned peers, UCXX-flavour listeners, and a
 Rust ucx-async peer (the `echo` example) in both directions."""
 import asyncio
+import functools
 import logging
 import multiprocessing
 import os
@@ -315,6 +316,29 @@ def _stream_forever(port, size):
     asyncio.run(main())
 
 
+def _receive_stream(size, streaming, failed=None, received=None):
+    """A listener handler that receives ``size``-byte messages until its endpoint fails:
+    ``streaming`` is set at the first message, ``failed`` to the failure, and ``received``
+    (a list) grows by one per message."""
+
+    async def handler(ep):
+        buf = np.empty(size, dtype="u1")
+        try:
+            while True:
+                await ep.recv(buf)
+                if received is not None:
+                    received.append(None)
+                if not streaming.done():
+                    streaming.set_result(None)
+        except ucp.exceptions.UCXBaseException as e:
+            if failed is not None:
+                failed.set_result(e)
+        finally:
+            ep.abort()
+
+    return handler
+
+
 @pytest.mark.parametrize("blocking", [True, False])
 @pytest.mark.parametrize("size", [64 << 10, 1 << 20])
 def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypatch, blocking, size):
@@ -331,19 +355,7 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
         loop = asyncio.get_running_loop()
         streaming, failed = loop.create_future(), loop.create_future()
 
-        async def handler(ep):
-            buf = np.empty(size, dtype="u1")
-            try:
-                while True:
-                    await ep.recv(buf)
-                    if not streaming.done():
-                        streaming.set_result(None)
-            except ucp.exceptions.UCXBaseException as e:
-                failed.set_result(e)
-            finally:
-                ep.abort()
-
-        lf = ucp.create_listener(handler)
+        lf = ucp.create_listener(_receive_stream(size, streaming, failed))
         proc = spawn.Process(target=_stream_forever, args=(lf.port, size))
         proc.start()
         try:
@@ -359,14 +371,45 @@ def test_killed_streaming_peer_fails_the_receive_in_progress(fresh_ucp, monkeypa
     run(main(), timeout=60)
 
 
-def _die_mid_message(port, size):
+def _handler_outcome(peer, size, steps):
+    """Runs a listener whose handler returns ``await steps(ep)`` against a spawned
+    ``peer(port, size)``, and returns what the steps returned or raised (a timeout included:
+    the test reports it)."""
+    spawn = multiprocessing.get_context("spawn")
+
+    async def main():
+        outcome = asyncio.get_running_loop().create_future()
+
+        async def handler(ep):
+            try:
+                outcome.set_result(await steps(ep))
+            except BaseException as e:
+                outcome.set_result(e)
+            finally:
+                ep.abort()
+
+        lf = ucp.create_listener(handler)
+        proc = spawn.Process(target=peer, args=(lf.port, size))
+        proc.start()
+        try:
+            return await asyncio.wait_for(outcome, 60)
+        finally:
+            proc.kill()
+            proc.join()
+            lf.close()
+
+    return run(main(), timeout=90)
+
+
+def _signal_self_mid_message(sig, port, size):
     async def main():
         ep = await ucp.create_endpoint("127.0.0.1", port)
         await ep.send(np.ones(1, dtype="u1"))
         # Post the big send without progressing the worker: UCX writes what the socket takes
-        # (its first fragments, or a rendezvous request), and the process dies before the rest.
+        # (its first fragments, or a rendezvous request), then the process dies (SIGKILL) or
+        # stays stopped with its connection open (SIGSTOP) before the rest.
         ep._ep.tag_send(np.ones(size, dtype="u1"), ep._tags["msg_send"])
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
 
     asyncio.run(main())
 
@@ -382,37 +425,17 @@ def test_receive_after_the_peer_died_mid_message_fails(fresh_ucp, monkeypatch, p
         monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer
         ucp.reset()
         ucp.init(options={"RNDV_THRESH": "inf"})
-    spawn = multiprocessing.get_context("spawn")
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        outcome = loop.create_future()
+    async def steps(ep):
+        await ep.recv(np.empty(1, dtype="u1"))
+        while ep._ep.is_alive():
+            await asyncio.sleep(0.001)
+        assert ep._worker.tag_probe(ep._tags["msg_recv"]), "no part of the message arrived"
+        await asyncio.wait_for(ep.recv(np.empty(size, dtype="u1")), 10)
+        return "received"
 
-        async def handler(ep):
-            try:
-                await ep.recv(np.empty(1, dtype="u1"))
-                while ep._ep.is_alive():
-                    await asyncio.sleep(0.001)
-                assert ep._worker.tag_probe(ep._tags["msg_recv"]), "no part of the message arrived"
-                await asyncio.wait_for(ep.recv(np.empty(size, dtype="u1")), 10)
-                outcome.set_result("received")
-            except BaseException as e:  # the expected failure, or a timeout the test reports
-                outcome.set_result(e)
-            finally:
-                ep.abort()
-
-        lf = ucp.create_listener(handler)
-        proc = spawn.Process(target=_die_mid_message, args=(lf.port, size))
-        proc.start()
-        try:
-            result = await asyncio.wait_for(outcome, 60)
-        finally:
-            proc.kill()
-            proc.join()
-            lf.close()
-        assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
-
-    run(main(), timeout=90)
+    result = _handler_outcome(functools.partial(_signal_self_mid_message, signal.SIGKILL), size, steps)
+    assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
 
 
 @pytest.mark.parametrize("blocking", [True, False])
@@ -429,23 +452,9 @@ def test_event_loop_keeps_running_while_a_peer_streams(fresh_ucp, monkeypatch, b
     async def main():
         loop = asyncio.get_running_loop()
         streaming = loop.create_future()
-        received = 0
+        received = []  # one entry per message
 
-        async def handler(ep):
-            nonlocal received
-            buf = np.empty(size, dtype="u1")
-            try:
-                while True:
-                    await ep.recv(buf)
-                    received += 1
-                    if not streaming.done():
-                        streaming.set_result(None)
-            except ucp.exceptions.UCXBaseException:
-                pass
-            finally:
-                ep.abort()
-
-        lf = ucp.create_listener(handler)
+        lf = ucp.create_listener(_receive_stream(size, streaming, received=received))
         proc = spawn.Process(target=_stream_forever, args=(lf.port, size))
         proc.start()
         try:
@@ -459,21 +468,10 @@ def test_event_loop_keeps_running_while_a_peer_streams(fresh_ucp, monkeypatch, b
             proc.kill()
             proc.join()
             lf.close()
-        assert received > 10, received  # the stream did flow while the timers ran
+        assert len(received) > 10, len(received)  # the stream did flow while the timers ran
         assert worst < 0.5, f"a 10 ms timer fired {worst:.2f} s late while the peer streamed"
 
     run(main(), timeout=60)
-
-
-def _stop_mid_message(port, size):
-    async def main():
-        ep = await ucp.create_endpoint("127.0.0.1", port)
-        await ep.send(np.ones(1, dtype="u1"))
-        # As _die_mid_message, but the process stays alive (stopped) with its connection open.
-        ep._ep.tag_send(np.ones(size, dtype="u1"), ep._tags["msg_send"])
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    asyncio.run(main())
 
 
 def test_abort_fails_a_receive_matched_to_an_unfinished_message(fresh_ucp, monkeypatch):
@@ -484,35 +482,15 @@ def test_abort_fails_a_receive_matched_to_an_unfinished_message(fresh_ucp, monke
     monkeypatch.setenv("UCX_RNDV_THRESH", "inf")  # for the spawned peer
     ucp.reset()
     ucp.init(options={"RNDV_THRESH": "inf"})
-    spawn = multiprocessing.get_context("spawn")
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        outcome = loop.create_future()
+    async def steps(ep):
+        await ep.recv(np.empty(1, dtype="u1"))
+        while not ep._worker.tag_probe(ep._tags["msg_recv"]):  # the head is here
+            await asyncio.sleep(0.001)
+        recv = await posted(ep.recv(np.empty(size, dtype="u1")))
+        ep.abort()
+        await asyncio.wait_for(recv, 10)
+        return "received"
 
-        async def handler(ep):
-            try:
-                await ep.recv(np.empty(1, dtype="u1"))
-                while not ep._worker.tag_probe(ep._tags["msg_recv"]):  # the head is here
-                    await asyncio.sleep(0.001)
-                recv = await posted(ep.recv(np.empty(size, dtype="u1")))
-                ep.abort()
-                await asyncio.wait_for(recv, 10)
-                outcome.set_result("received")
-            except BaseException as e:  # the expected failure, or a timeout the test reports
-                outcome.set_result(e)
-            finally:
-                ep.abort()
-
-        lf = ucp.create_listener(handler)
-        proc = spawn.Process(target=_stop_mid_message, args=(lf.port, size))
-        proc.start()
-        try:
-            result = await asyncio.wait_for(outcome, 60)
-        finally:
-            proc.kill()
-            proc.join()
-            lf.close()
-        assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
-
-    run(main(), timeout=90)
+    result = _handler_outcome(functools.partial(_signal_self_mid_message, signal.SIGSTOP), size, steps)
+    assert isinstance(result, ucp.exceptions.UCXBaseException), repr(result)
