@@ -147,7 +147,18 @@ impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin
                 // If even that leaves it running (a multi-fragment eager message, matched
                 // before its sender died: UCX keeps the receive for fragments that will never
                 // come), the receive is abandoned and fails with the peer's error.
-                let failed = !matches!(this.state.down.load(Ordering::Acquire), UP | CLOSED | CLOSED_BY_PEER);
+                let down = this.state.down.load(Ordering::Acquire);
+                // Closed by us: a receive matched to a message whose tail can no longer come
+                // (the endpoint is gone) ignores the cancel too; one on an owned buffer is let
+                // go now. (A borrowed buffer is kept until UCX finishes: see `op`.)
+                if down == CLOSED && this.fut.abandon_after_close() {
+                    return Poll::Ready(Err(this
+                        .state
+                        .check("Endpoint::recv")
+                        .err()
+                        .unwrap_or(Error::Closed { op: "Endpoint::recv" })));
+                }
+                let failed = !matches!(down, UP | CLOSED | CLOSED_BY_PEER);
                 if failed {
                     if let Some(ep) = this.ep.take() {
                         ep.force_close_now();

@@ -38,6 +38,11 @@ pub(crate) trait Cancel {
     /// Lets go of an operation UCX will not finish: a receive matched to a message whose
     /// sender failed (see `liveness::Watched`). It must not be polled again.
     fn abandon_after_peer_failure(&mut self);
+
+    /// Lets go of an operation that survived a cancel after this side closed its endpoint,
+    /// if that is sound for its buffer; returns whether it did. It must not be polled again
+    /// if so.
+    fn abandon_after_close(&mut self) -> bool;
 }
 
 impl Cancel for Completes<'_, '_> {
@@ -55,6 +60,12 @@ impl Cancel for Completes<'_, '_> {
             // the buffer no more.
             unsafe { r.detach_unchecked(Box::new(()), false) };
         }
+    }
+
+    fn abandon_after_close(&mut self) -> bool {
+        // The peer may be alive: over shared memory it can still deliver the rest of a
+        // message UCX matched to this receive, into a buffer the caller has back. Kept.
+        false
     }
 }
 
@@ -84,6 +95,12 @@ impl<B: Send + 'static> Cancel for CompletesOwned<'_, B> {
     fn abandon_after_peer_failure(&mut self) {
         // The buffer stays with UCX (and is freed if UCX ever completes the operation).
         drop(self.op.take());
+    }
+
+    fn abandon_after_close(&mut self) -> bool {
+        // As above: whatever UCX still writes lands in a buffer only UCX holds.
+        drop(self.op.take());
+        true
     }
 }
 

@@ -454,3 +454,46 @@ async fn timers_fire_while_a_peer_streams_event_mode() {
 async fn timers_fire_while_a_peer_streams_polling_mode() {
     timers_fire_while_a_peer_streams(ProgressMode::Polling).await;
 }
+
+/// A peer posts a 256 MiB eager send and then never progresses again (its thread blocks), so
+/// only the message's head arrives; the receive UCX matched to it ignores the cancel. After
+/// this side aborts the endpoint the tail can never come: `recv_owned` must fail, not wait.
+#[tokio::test]
+async fn abort_fails_an_owned_receive_matched_to_an_unfinished_message() {
+    const SIZE: usize = 256 << 20;
+    let ctx = Context::builder().option("NET_DEVICES", "lo").option("RNDV_THRESH", "inf").build().unwrap();
+    let ws = Worker::new(&ctx, ProgressMode::Event).unwrap();
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let addr = listener.local_addr();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let ctx2 = ctx.clone();
+    let peer = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let wc = Worker::new(&ctx2, ProgressMode::Event).unwrap();
+            let ep = Endpoint::connect(&wc, addr).await.unwrap();
+            ep.send(&[1u8][..]).await.unwrap();
+            let _pending = ep.core().tag_send_owned(vec![1u8; SIZE], ep.tags().unwrap().msg_send).unwrap();
+            // Blocks this runtime: the peer's worker is never progressed again.
+            let _ = released.recv();
+            ep.abort();
+        });
+    });
+    let server = listener.accept().await.unwrap();
+    server.recv(&mut [0u8; 1][..]).await.unwrap();
+    let tag = server.tags().unwrap().msg_recv;
+    while ws.core().tag_probe(tag, ucx_async::core::FULL_MASK).is_none() {
+        tokio::task::yield_now().await; // the head is here
+    }
+    let s = server.clone();
+    let recv = tokio::spawn(async move { s.recv_owned(vec![0u8; SIZE]).await.map(|(_, n)| n) });
+    while ws.core().tag_probe(tag, ucx_async::core::FULL_MASK).is_some() {
+        tokio::task::yield_now().await; // matched: the head left the unexpected queue
+    }
+    server.abort();
+    let r = tokio::time::timeout(Duration::from_secs(10), recv).await;
+    release.send(()).unwrap();
+    peer.join().unwrap();
+    let e = r.expect("the receive fails, not waits").unwrap().unwrap_err();
+    assert!(matches!(e, ucx_async::Error::Closed { .. }), "{e}");
+}
