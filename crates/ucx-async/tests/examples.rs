@@ -112,3 +112,48 @@ fn bench_runs_with_its_own_server() {
         assert!(line.contains("test=tag_lat") && line.contains("median_us="), "{line}");
     }
 }
+
+/// Three `alltoall` ranks as separate processes; rank 2 is SIGKILLed once rank 0 has printed
+/// its first result. Ranks 0 and 1 must end with an error naming the failure within 30 s.
+#[test]
+fn alltoall_ranks_fail_not_hang_when_one_is_killed() {
+    use std::io::{BufRead, BufReader};
+    let path = example("alltoall").expect("example alltoall is missing: run `cargo test -p ucx-async`");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ranks: Vec<_> = (0..3)
+        .map(|r| {
+            Command::new(&path)
+                .args(["--max-size", "67108864", "--iters", "1000"])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("UCX_NET_DEVICES", "lo")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run an alltoall rank")
+        })
+        .collect();
+    let first = BufReader::new(ranks[0].stdout.take().unwrap()).lines().map_while(|l| l.ok()).next();
+    assert!(first.as_deref().is_some_and(|l| l.starts_with("RESULT ")), "rank 0 printed {first:?}");
+    ranks[2].kill().unwrap();
+    let _ = ranks[2].wait();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (r, child) in ranks.iter_mut().enumerate().take(2) {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(!status.success(), "rank {r} carried on as if rank 2 were there");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("rank {r} still runs 30 s after rank 2 was killed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(err.contains(&format!("alltoall rank {r}:")), "rank {r} said: {err}");
+    }
+}
