@@ -1,9 +1,11 @@
 //! How N ranks find each other: every rank connects to rank 0's listener and sends its hello
 //! (its rank, the world size, its worker address); rank 0 answers each with the table of all
-//! ranks' worker addresses. The bytes are ucx-core's (`wire::bootstrap`); this is the flow.
-use super::tag::{self, BOOTSTRAP_SEQ};
+//! ranks' worker addresses, each framed as UCX-Py's `send_obj` frames an object (so a Python
+//! rank can speak it with `Endpoint.send_obj`/`recv_obj`). The bytes are ucx-core's
+//! (`wire::bootstrap`, `wire::obj_len`); this is the flow.
 use crate::core::wire::bootstrap::{decode_table, encode_table, Hello};
-use crate::core::{WorkerAddress, FULL_MASK};
+use crate::core::wire::obj_len;
+use crate::core::WorkerAddress;
 use crate::{Endpoint, Error, Listener, Result, Worker};
 
 /// The longest hello rank 0 accepts: a worker address is a few hundred bytes to a few KiB.
@@ -17,16 +19,37 @@ fn protocol(detail: String) -> Error {
 /// have its table (closing earlier could cancel a rank's receive of it).
 pub(crate) type Joined = (Vec<WorkerAddress>, Vec<Endpoint>);
 
+/// Sends `bytes` as UCX-Py's `send_obj` does: its length (8 bytes), then the bytes, on the
+/// endpoint's tag (UCX delivers one endpoint's messages on one tag in order).
+async fn send_obj(ep: &Endpoint, bytes: &[u8]) -> Result<()> {
+    ep.send(&obj_len::encode(bytes.len() as u64)[..]).await?;
+    ep.send(bytes).await
+}
+
+/// Receives what `send_obj` sent, refusing a length above `max` before allocating.
+async fn recv_obj(ep: &Endpoint, what: &str, max: usize) -> Result<Vec<u8>> {
+    let mut len = [0u8; obj_len::LEN];
+    ep.recv(&mut len[..]).await?;
+    let n = obj_len::decode(&len).map_err(|e| protocol(e.to_string()))?;
+    let n = usize::try_from(n).ok().filter(|&n| n <= max);
+    let Some(n) = n else {
+        return Err(protocol(format!("a {what} of {} bytes is over the {max}-byte limit", u64::from_le_bytes(len))));
+    };
+    let mut bytes = vec![0u8; n];
+    let got = ep.recv(&mut bytes[..]).await?;
+    bytes.truncate(got);
+    Ok(bytes)
+}
+
 /// Rank 0: accepts the other `size - 1` ranks on `listener`, then sends each the table.
 pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize) -> Result<Joined> {
     let mut table = vec![Vec::new(); size];
     table[0] = worker.core().address()?.as_bytes().to_vec();
     let mut joined: Vec<Endpoint> = Vec::with_capacity(size.saturating_sub(1));
-    let mut buf = vec![0u8; MAX_HELLO];
     while joined.len() + 1 < size {
         let ep = listener.accept().await?;
-        let n = ep.recv(&mut buf[..]).await?;
-        let hello = Hello::decode(&buf[..n]).map_err(|e| protocol(e.to_string()))?;
+        let hello = recv_obj(&ep, "hello", MAX_HELLO).await?;
+        let hello = Hello::decode(&hello).map_err(|e| protocol(e.to_string()))?;
         let rank = hello.rank as usize;
         if hello.size as usize != size {
             return Err(protocol(format!(
@@ -41,11 +64,8 @@ pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize) -> 
         joined.push(ep);
     }
     let bytes = encode_table(&table);
-    let (len_tag, table_tag) =
-        (tag::own(BOOTSTRAP_SEQ, 0, 0, "bootstrap")?, tag::own(BOOTSTRAP_SEQ, 0, 1, "bootstrap")?);
     for ep in &joined {
-        ep.send_tag(&(bytes.len() as u64).to_le_bytes()[..], len_tag).await?;
-        ep.send_tag(&bytes[..], table_tag).await?;
+        send_obj(ep, &bytes).await?;
     }
     Ok((parse(table)?, joined))
 }
@@ -54,20 +74,9 @@ pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize) -> 
 pub(crate) async fn join(worker: &Worker, rank: usize, size: usize, root: std::net::SocketAddr) -> Result<Joined> {
     let ep = Endpoint::connect(worker, root).await?;
     let address = worker.core().address()?.as_bytes().to_vec();
-    let hello = Hello { rank: rank as u32, size: size as u32, address }.encode();
-    ep.send(&hello[..]).await?;
-    let (len_tag, table_tag) =
-        (tag::own(BOOTSTRAP_SEQ, 0, 0, "bootstrap")?, tag::own(BOOTSTRAP_SEQ, 0, 1, "bootstrap")?);
-    let mut len = [0u8; 8];
-    ep.recv_tag(&mut len[..], len_tag, FULL_MASK).await?;
-    let len = u64::from_le_bytes(len) as usize;
-    let limit = 16 + size * (4 + MAX_HELLO);
-    if len > limit {
-        return Err(protocol(format!("rank 0 announced a {len}-byte table; {size} ranks need at most {limit}")));
-    }
-    let mut bytes = vec![0u8; len];
-    let got = ep.recv_tag(&mut bytes[..], table_tag, FULL_MASK).await?;
-    let table = decode_table(&bytes[..got]).map_err(|e| protocol(e.to_string()))?;
+    send_obj(&ep, &Hello { rank: rank as u32, size: size as u32, address }.encode()).await?;
+    let bytes = recv_obj(&ep, "address table", 16 + size * (4 + MAX_HELLO)).await?;
+    let table = decode_table(&bytes).map_err(|e| protocol(e.to_string()))?;
     if table.len() != size {
         return Err(protocol(format!("the address table has {} ranks, this rank expects {size}", table.len())));
     }

@@ -47,10 +47,6 @@ pub(crate) fn own(seq: u32, source: usize, batch: usize, op: &'static str) -> Re
     pack(OWN | (seq & !OWN), source, batch, op)
 }
 
-/// The operation number for bootstrap messages, which ordinary operations reach only after
-/// 2^31 - 1 of them (and then only with rank 0's bootstrap long over).
-pub(crate) const BOOTSTRAP_SEQ: u32 = !OWN;
-
 pub(crate) fn invalid(op: &'static str, detail: String) -> Error {
     Error::InvalidArgument { op, detail }
 }
@@ -63,7 +59,7 @@ mod tests {
     fn fields_land_where_the_layout_says() {
         assert_eq!(user(0x1234, 3, "t").unwrap(), 0x0000_1234_0003_0000);
         assert_eq!(own(5, 65_535, 65_535, "t").unwrap(), 0x8000_0005_ffff_ffff);
-        assert_eq!(own(BOOTSTRAP_SEQ, 0, 1, "t").unwrap(), 0xffff_ffff_0000_0001);
+        assert_eq!(own(!OWN, 0, 1, "t").unwrap(), 0xffff_ffff_0000_0001);
     }
 
     #[test]
