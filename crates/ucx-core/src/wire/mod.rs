@@ -18,6 +18,7 @@
 //! | UCX-Py `send_obj` length prefix | 8 | `nbytes: u64` | [`obj_len`] |
 //! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
 //! | our communicator's hello and address table | varies | see the module | [`bootstrap`] |
+//! | our communicator's tags (user tag, source rank, batch) | 8 (a tag) | see the module | [`collective_tag`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -31,6 +32,7 @@ use sha1::{Digest, Sha1};
 
 pub mod am_header;
 pub mod bootstrap;
+pub mod collective_tag;
 pub mod ctrl;
 pub mod handshake;
 pub mod obj_len;
