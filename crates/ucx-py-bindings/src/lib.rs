@@ -14,6 +14,7 @@
 //! - [`buffer`]: Python buffers (buffer protocol, `__cuda_array_interface__`) without copies.
 //! - [`host_pool`]: `HostPool`, receive buffers from host memory that is already backed.
 //! - [`errors`]: UCX failures as UCX-Py's exception classes.
+//! - [`collective`]: the communicator's tags and bootstrap messages for `ucp.collective`.
 //!
 //! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
 //! pure Python in `python/ucp`.
@@ -21,6 +22,7 @@
 
 mod am;
 mod buffer;
+mod collective;
 mod context;
 mod cuda_stream;
 mod endpoint;
@@ -52,6 +54,12 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_ucx_version, m)?)?;
     m.add_function(wrap_pyfunction!(hash64bits_u64, m)?)?;
     m.add_function(wrap_pyfunction!(context::current_options, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_user_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_own_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_hello, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_hello_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_table, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_table_decode, m)?)?;
     m.add_class::<context::Context>()?;
     m.add_class::<worker::Worker>()?;
     m.add_class::<endpoint::Endpoint>()?;

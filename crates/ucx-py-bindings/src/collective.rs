@@ -1,0 +1,50 @@
+//! The communicator's protocol for `ucp.collective`: its tags and its bootstrap messages,
+//! from ucx-core's `wire` (the same rules as ucx-async's `Communicator`, so Python and Rust
+//! ranks can share a job). Values that do not fit raise `ValueError` naming them.
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use ucx_core::wire::bootstrap::{self, Hello};
+use ucx_core::wire::collective_tag;
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The tag of a point-to-point message with user tag `tag` from rank `source`.
+#[pyfunction]
+pub(crate) fn collective_user_tag(tag: u64, source: usize) -> PyResult<u64> {
+    collective_tag::user(tag, source).map_err(value_error)
+}
+
+/// The tag of batch `batch` of the communicator's operation number `seq` from rank `source`.
+#[pyfunction]
+pub(crate) fn collective_own_tag(seq: u32, source: usize, batch: usize) -> PyResult<u64> {
+    collective_tag::own(seq, source, batch).map_err(value_error)
+}
+
+/// A rank's hello to rank 0: `(rank, size, worker address)` as bytes.
+#[pyfunction]
+pub(crate) fn bootstrap_hello<'py>(py: Python<'py>, rank: u32, size: u32, address: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &Hello { rank, size, address: address.to_vec() }.encode())
+}
+
+/// Decodes a hello into `(rank, size, worker address)`.
+#[pyfunction]
+pub(crate) fn bootstrap_hello_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<(u32, u32, Bound<'py, PyBytes>)> {
+    let h = Hello::decode(bytes).map_err(value_error)?;
+    Ok((h.rank, h.size, PyBytes::new(py, &h.address)))
+}
+
+/// Rank 0's table of every rank's worker address (a list of bytes, by rank), as bytes.
+#[pyfunction]
+pub(crate) fn bootstrap_table<'py>(py: Python<'py>, addresses: Vec<Vec<u8>>) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &bootstrap::encode_table(&addresses))
+}
+
+/// Decodes a table into a list of worker addresses (bytes), by rank.
+#[pyfunction]
+pub(crate) fn bootstrap_table_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let table = bootstrap::decode_table(bytes).map_err(value_error)?;
+    Ok(table.iter().map(|a| PyBytes::new(py, a)).collect())
+}
