@@ -13,12 +13,17 @@ cargo clippy -p ucx-async --features tracing --all-targets --quiet -- -D warning
 bash ci-support/cuda-check.sh
 # The workspace's examples and benches live outside the crates and are left out of the
 # packages (cargo warns that it ignores them).
-# Cargo keeps what it extracts from the dry run's temporary registry by crate name and version
-# (under a directory named after the registry's path), so a later dry run from the same path
-# verified ucx-async against the earlier run's stale ucx-core and failed. Those copies go first
-# (cargo extracts them again from its cache when something else needs them).
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ucx-core-[0-9]* "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ucx-async-[0-9]*
-cargo publish --dry-run --workspace --exclude ucx-py-bindings --allow-dirty --quiet
+# The dry run verifies ucx-async against ucx-core as a registry crate, and cargo takes a
+# registry crate's name and version as proof that nothing changed: it reused both its
+# extracted sources and its compiled artifacts from an earlier dry run, and verified ucx-async
+# against a stale ucx-core. So the dry run gets its own target directory, and our crates'
+# extracted copies and build fingerprints there are dropped first (their dependencies stay
+# built).
+PUBLISH_TARGET="$ROOT/target/publish-check"
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ucx-core-[0-9]* "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ucx-async-[0-9]* \
+    "$PUBLISH_TARGET"/debug/.fingerprint/ucx-core-* "$PUBLISH_TARGET"/debug/.fingerprint/ucx-async-* \
+    "$PUBLISH_TARGET"/debug/build/ucx-core-* "$PUBLISH_TARGET"/debug/deps/*ucx_core* "$PUBLISH_TARGET"/debug/deps/*ucx_async*
+CARGO_TARGET_DIR="$PUBLISH_TARGET" cargo publish --dry-run --workspace --exclude ucx-py-bindings --allow-dirty --quiet
 # docs.rs has no UCX: DOCS_RS makes ucx-core's build script use the bindings in
 # crates/ucx-core/docs-rs/ and look for no UCX (UCX_DIR=/nonexistent would fail any search).
 # Its own target dir, since DOCS_RS changes ucx-core's build output.
