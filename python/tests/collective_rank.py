@@ -1,0 +1,70 @@
+"""One rank of a test job for ucp.collective (run by test_collective.py, under ucp.launch or
+beside Rust ranks). Modes:
+
+- ``selftest``: alltoallv with random sizes (zero included) over rounds, allgather, messages
+  by rank and tag, barrier; every byte checked.
+- ``mirror-alltoall MAX ITERS``: the exact sequence of examples/alltoall.rs (sizes 1 KiB to
+  MAX by powers of 4, 3 warm-ups, then ITERS x (barrier, alltoallv, allgather of 8 bytes)),
+  so it can stand in for one of its ranks; the parts' bytes are checked.
+
+Exits 0 and prints ``OK rank R`` on success."""
+import asyncio
+import random
+import struct
+import sys
+
+from ucp.collective import Communicator
+
+
+def part(src, dst, rnd):
+    rng = random.Random(src * 1_000_003 + dst * 7919 + rnd)
+    n = rng.choice([0, rng.randrange(64), rng.randrange(70_000), rng.randrange(1 << 20)])
+    return bytes((i * 31 + src * 7 + dst) & 0xFF for i in range(n))
+
+
+async def selftest(c):
+    for rnd in range(3):
+        got = await c.alltoallv([part(c.rank, d, rnd) for d in range(c.size)])
+        for src, b in enumerate(got):
+            assert bytes(b) == part(src, c.rank, rnd), (rnd, src, c.rank, len(b))
+    out = bytearray(3 * c.size)
+    await c.allgather(bytes([c.rank] * 3), out)
+    assert out == bytes(r for r in range(c.size) for _ in range(3)), out
+    nxt, prv = (c.rank + 1) % c.size, (c.rank - 1) % c.size
+    await asyncio.gather(c.send(nxt, bytes([c.rank, 2]), 2), c.send(nxt, bytes([c.rank, 1]), 1))
+    b = bytearray(2)
+    await c.recv(prv, b, 1)
+    assert b == bytes([prv, 1]), b
+    await c.recv(prv, b, 2)
+    assert b == bytes([prv, 2]), b
+    await c.barrier()
+
+
+async def mirror_alltoall(c, max_size, iters):
+    size = 1 << 10
+    while size <= max_size:
+        parts = [bytes([(c.rank * c.size + r) & 0xFF]) * size for r in range(c.size)]
+        n = max(3, -(-iters // 4)) if size > 4 << 20 else iters
+        for _ in range(3):
+            await c.alltoallv(parts)
+        for _ in range(n):
+            await c.barrier()
+            got = await c.alltoallv(parts)
+            for s, b in enumerate(got):
+                assert len(b) == size and b[0] == (s * c.size + c.rank) & 0xFF, (size, s)
+            await c.allgather(struct.pack("<Q", 1), bytearray(8 * c.size))
+        size *= 4
+
+
+async def main():
+    c = await Communicator.from_env()
+    if sys.argv[1] == "selftest":
+        await selftest(c)
+    else:
+        await mirror_alltoall(c, int(sys.argv[2]), int(sys.argv[3]))
+    await c.close()
+    print(f"OK rank {c.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

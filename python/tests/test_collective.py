@@ -1,0 +1,114 @@
+"""ucp.collective: Python ranks under ``python -m ucp.launch``, a job mixing Python ranks with
+ucx-async's (the Rust ``alltoall`` example), the launcher's failure handling, and the
+launcher variables. Ranks are separate processes on 127.0.0.1."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from ucp import _ucx_async as native
+from ucp.collective import launch_env
+from test_processes import ROOT
+
+RANK_SCRIPT = str(ROOT / "python" / "tests" / "collective_rank.py")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _finish(procs, timeout=60):
+    """Waits for every process; returns their (status, stdout) pairs. A hang fails."""
+    out = []
+    try:
+        for p in procs:
+            stdout, _ = p.communicate(timeout=timeout)
+            out.append((p.returncode, stdout))
+    finally:
+        for p in procs:
+            p.kill()
+    return out
+
+
+def test_python_ranks_under_the_launcher():
+    """Three ranks: alltoallv with random sizes (zero included), allgather, messages by rank
+    and tag, barrier; each rank checks every byte."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "selftest"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    # The ranks share the pipe, so their lines may interleave.
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
+def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n")
+    p = subprocess.run([sys.executable, "-m", "ucp.launch", "-n", "3", str(script)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert "status 3; stopping the others" in p.stderr
+
+
+@pytest.fixture(scope="module")
+def rust_alltoall():
+    """The ucx-async alltoall example, built now (a no-op when `cargo test` just built it): a
+    binary left from an older checkout would speak an older bootstrap."""
+    subprocess.run(["cargo", "build", "-q", "-p", "ucx-async", "--example", "alltoall"], cwd=ROOT, check=True)
+    return str(ROOT / "target" / "debug" / "examples" / "alltoall")
+
+
+@pytest.mark.parametrize("rust_ranks", [[1], [0, 2]])
+def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks):
+    """Python ranks run the exact sequence of examples/alltoall.rs beside Rust ranks running
+    it (the same tags and bootstrap bytes): every rank finishes and the data checks out.
+    Either language can be rank 0."""
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    procs = []
+    for rank in range(3):
+        if rank in rust_ranks:
+            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3"]
+        else:
+            cmd = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "65536", "3"]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+    for rank, (status, stdout) in enumerate(_finish(procs)):
+        assert status == 0, (rank, stdout)
+        if rank not in rust_ranks:
+            assert f"OK rank {rank}" in stdout
+        elif rank == 0:
+            assert "RESULT impl=ucx-async" in stdout
+
+
+def test_launch_env_reads_torchrun_mpi_and_pmi_and_names_bad_values():
+    root = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    for r, s in [("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]:
+        assert launch_env({r: "2", s: "4", **root}) == (2, 4, "127.0.0.1", 29500)
+    for env, text in [
+        (root, "no launcher variables"),
+        ({"RANK": "x", "WORLD_SIZE": "2", **root}, "RANK='x'"),
+        ({"RANK": "2", "WORLD_SIZE": "2", **root}, "not below WORLD_SIZE=2"),
+        ({"RANK": "0", "WORLD_SIZE": "70000", **root}, "1 to 65536"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, "MASTER_ADDR"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "0"}, "MASTER_PORT=0"),
+    ]:
+        with pytest.raises(ValueError, match=text.replace("(", r"\(")):
+            launch_env(env)
+
+
+def test_tags_and_bootstrap_bytes_are_ucx_cores():
+    """The same values as ucx-core's own tests of the layout and the bootstrap format."""
+    assert native.collective_user_tag(0x1234, 3) == 0x0000_1234_0003_0000
+    assert native.collective_own_tag(5, 65535, 65535) == 0x8000_0005_FFFF_FFFF
+    with pytest.raises(ValueError, match="0x80000000"):
+        native.collective_user_tag(1 << 31, 0)
+    with pytest.raises(ValueError, match="rank 65536"):
+        native.collective_own_tag(0, 1 << 16, 0)
+    assert native.bootstrap_hello(3, 4, b"\xaa") == b"UCXC\x01\x00\x03\x00\x00\x00\x04\x00\x00\x00\xaa"
+    assert native.bootstrap_hello_decode(native.bootstrap_hello(1, 2, b"xy")) == (1, 2, b"xy")
+    assert native.bootstrap_table_decode(native.bootstrap_table([b"a", b""])) == [b"a", b""]
+    with pytest.raises(ValueError, match="cut short"):
+        native.bootstrap_table_decode(native.bootstrap_table([b"abc"])[:-1])

@@ -1,0 +1,48 @@
+"""``python -m ucp.launch -n N script.py [args...]``: runs N copies of a script as the ranks of
+one job on this host, with the variables torchrun sets (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``; and ``UCX_NET_DEVICES=lo``
+unless set), for ``ucp.collective.Communicator.from_env``. Exits with the first failing
+rank's status (the others are stopped), or 0."""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ucp.launch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--nproc", type=int, default=2, help="how many ranks (default 2)")
+    parser.add_argument("script", help="the Python script each rank runs")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    opts = parser.parse_args(argv)
+    if opts.nproc < 1:
+        parser.error(f"-n must be at least 1, not {opts.nproc}")
+    with socket.socket() as s:  # a free port for rank 0 (released, then bound by rank 0)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(opts.nproc):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(opts.nproc))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.setdefault("UCX_NET_DEVICES", "lo")
+        procs.append(subprocess.Popen([sys.executable, opts.script, *opts.args], env=env))
+    status = 0
+    while procs:
+        for p in list(procs):
+            code = p.poll()
+            if code is None:
+                continue
+            procs.remove(p)
+            if code != 0 and status == 0:
+                status = code
+                print(f"ucp.launch: a rank exited with status {code}; stopping the others", file=sys.stderr)
+                for q in procs:
+                    q.terminate()
+        time.sleep(0.05)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
