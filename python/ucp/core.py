@@ -598,7 +598,17 @@ class Endpoint:
         message that arrived before the endpoint closed can still be received."""
         tag = self._tag("msg_recv", tag, force_tag)
         fut = self._post_recv(buffer, tag, _inline_spin_us())
-        ret = True if fut is None else await fut
+        try:
+            ret = True if fut is None else await fut
+        except asyncio.CancelledError:
+            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The message arrived, but the caller's cancel reached the task first: it is
+                # lost to them. Closed as when UCX could not withdraw the receive, so the next
+                # receive fails clearly instead of silently getting the message after.
+                ep = self._ep
+                if ep is not None:
+                    ep.close_for_lost_message()
+            raise
         self._recv_finished()
         return ret
 

@@ -143,10 +143,13 @@ pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: P
         // Spin phase (adaptive only): keep progressing while UCX is busy or recently was.
         let mut last_event = Instant::now();
         loop {
-            if worker.progress_batch() > 0 {
+            let batch = worker.progress_batch();
+            if batch.events > 0 {
                 last_event = Instant::now();
             }
-            if last_event.elapsed() >= spin {
+            // A batch that ended busy may leave work UCX will not signal on the fd: never
+            // arm after one.
+            if batch.idle && last_event.elapsed() >= spin {
                 break;
             }
             tokio::task::yield_now().await;

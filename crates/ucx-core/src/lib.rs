@@ -67,4 +67,4 @@ pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
-pub use worker::{Armed, ThreadMode, Worker, PROGRESS_BATCH};
+pub use worker::{Armed, Batch, ThreadMode, Worker, PROGRESS_BATCH};

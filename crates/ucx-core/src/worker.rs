@@ -19,6 +19,15 @@ use crate::{sys, text};
 /// worker or a single message needs.
 pub const PROGRESS_BATCH: u32 = 64;
 
+/// What one [`Worker::progress_batch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// Events handled.
+    pub events: u32,
+    /// Whether the last round found nothing to do (false: the batch ended at its bound).
+    pub idle: bool,
+}
+
 /// A UCP worker. Cheap to clone; endpoints, listeners and requests keep theirs alive, and it
 /// keeps its [`Context`] alive.
 ///
@@ -166,19 +175,20 @@ impl Worker {
         unsafe { sys::ucp_worker_progress(self.inner.handle) }
     }
 
-    /// Progresses until a round handles nothing or [`PROGRESS_BATCH`] rounds have run; returns
-    /// the total events handled. A caller that wants the worker idle checks [`Worker::arm`]
-    /// (busy: more to do) after yielding to its event loop.
-    pub fn progress_batch(&self) -> u32 {
-        let mut total = 0;
+    /// Progresses until a round handles nothing or [`PROGRESS_BATCH`] rounds have run. When
+    /// the batch ends busy ([`Batch::idle`] false), UCX may hold work that nothing will signal
+    /// on the wakeup fd: the caller must progress again (after yielding to its event loop),
+    /// not arm and sleep.
+    pub fn progress_batch(&self) -> Batch {
+        let mut events = 0;
         for _ in 0..PROGRESS_BATCH {
             let n = self.progress();
             if n == 0 {
-                break;
+                return Batch { events, idle: true };
             }
-            total += n;
+            events += n;
         }
-        total
+        Batch { events, idle: false }
     }
 
     /// The worker's wakeup file descriptor (`ucp_worker_get_efd`): readable after

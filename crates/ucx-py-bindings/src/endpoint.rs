@@ -111,6 +111,13 @@ impl Endpoint {
         *lock(&self.shared.close_callback) = Some(callback);
     }
 
+    /// Closes the endpoint because a message it received went to a receive whose caller
+    /// cancelled it (`Endpoint.recv` sees this when the cancel reached its task after the
+    /// message did): later operations raise `UCXCloseError` saying so.
+    fn close_for_lost_message(&self, py: Python<'_>) {
+        self.engine.close_for_lost_message(py, self.shared.key);
+    }
+
     /// `ucp_ep_print_info`.
     fn info(&self, py: Python<'_>) -> PyResult<String> {
         Ok(self.ep(py)?.info())

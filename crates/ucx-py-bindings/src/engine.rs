@@ -288,7 +288,7 @@ impl Engine {
     }
 
     /// Closes endpoint `key` because a message it received went to a receive nobody awaits.
-    fn close_for_lost_message(&self, py: Python<'_>, key: u64) {
+    pub(crate) fn close_for_lost_message(&self, py: Python<'_>, key: u64) {
         let shared = lock(&self.endpoints).get(&key).cloned();
         if let Some(shared) = shared {
             let why = "a receive on it was cancelled after UCX had matched a message to it, so the endpoint was \
@@ -390,9 +390,15 @@ impl Engine {
     /// peer that never stops sending cannot hold the event loop), with the GIL released, then
     /// delivers everything that happened. Returns whether anything was delivered.
     pub(crate) fn progress(&self, py: Python<'_>) -> bool {
+        self.progress_pass(py).0
+    }
+
+    /// [`Engine::progress`], also saying whether UCX went idle (false: the batch ended at its
+    /// bound, and the worker must not be armed before progressing again).
+    pub(crate) fn progress_pass(&self, py: Python<'_>) -> (bool, bool) {
         let worker = &self.worker;
-        py.allow_threads(|| worker.progress_batch());
-        self.drain(py)
+        let batch = py.allow_threads(|| worker.progress_batch());
+        (self.drain(py), batch.idle)
     }
 
     /// Delivers completions and events to Python until none are left. Returns whether any

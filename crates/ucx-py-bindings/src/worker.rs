@@ -76,12 +76,16 @@ impl Worker {
     #[pyo3(signature = (spin_us = 0))]
     fn progress_and_arm(&self, py: Python<'_>, spin_us: u64) -> PyResult<bool> {
         let engine = &self.engine;
-        if engine.progress(py) {
+        // Busy (the batch hit its bound): UCX may hold work it will not signal on the fd, so
+        // the driver comes back soon instead of arming.
+        let (delivered, idle) = engine.progress_pass(py);
+        if delivered || !idle {
             return Ok(true);
         }
         if spin_us > 0 && engine.inflight() > 0 {
             py.allow_threads(|| engine.spin_until(spin_us, || engine.has_news()));
-            if engine.progress(py) {
+            let (delivered, idle) = engine.progress_pass(py);
+            if delivered || !idle {
                 return Ok(true);
             }
         }
