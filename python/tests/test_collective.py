@@ -55,11 +55,18 @@ def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def rust_alltoall():
-    """The ucx-async alltoall example, built now (a no-op when `cargo test` just built it): a
-    binary left from an older checkout would speak an older bootstrap."""
-    subprocess.run(["cargo", "build", "-q", "-p", "ucx-async", "--example", "alltoall"], cwd=ROOT, check=True)
-    return str(ROOT / "target" / "debug" / "examples" / "alltoall")
+def rust_examples():
+    """The ucx-async alltoall and hash_join examples' directory, built now (a no-op when
+    `cargo test` just built them): a binary left from an older checkout would speak an older
+    bootstrap."""
+    cmd = ["cargo", "build", "-q", "-p", "ucx-async", "--example", "alltoall", "--example", "hash_join"]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return ROOT / "target" / "debug" / "examples"
+
+
+@pytest.fixture(scope="module")
+def rust_alltoall(rust_examples):
+    return str(rust_examples / "alltoall")
 
 
 @pytest.mark.parametrize("rust_ranks", [[1], [0, 2]])
@@ -81,6 +88,41 @@ def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks):
             assert f"OK rank {rank}" in stdout
         elif rank == 0:
             assert "RESULT impl=ucx-async" in stdout
+
+
+HASH_JOIN_PY = str(ROOT / "examples" / "python" / "hash_join.py")
+
+
+def _result_line(stdout):
+    return next((line for line in stdout.splitlines() if line.startswith("RESULT ")), None)
+
+
+def test_python_hash_join_matches_its_single_process_join_and_the_rust_example(rust_examples):
+    """examples/python/hash_join.py on 3 ranks: its result equals the single-process join and
+    the Rust example's result for the same tables."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", HASH_JOIN_PY, "--rows", "20000"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    ours = _result_line(p.stdout)
+    assert ours is not None and ours.endswith("matches the single-process join"), p.stdout
+    rust = subprocess.run(
+        [str(rust_examples / "hash_join"), "--ranks", "3", "--rows", "20000"],
+        capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")},  # it launches its ranks
+    )
+    assert rust.returncode == 0, rust.stdout + rust.stderr
+    assert _result_line(rust.stdout) == ours
+
+
+def test_hash_join_with_python_rank_0_and_rust_ranks(rust_examples):
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    cmds = [[sys.executable, HASH_JOIN_PY, "--rows", "20000"]] + [[str(rust_examples / "hash_join"), "--rows", "20000"]] * 2
+    procs = [subprocess.Popen(c, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True) for r, c in enumerate(cmds)]
+    results = _finish(procs)
+    assert all(status == 0 for status, _ in results), results
+    assert _result_line(results[0][1]).endswith("matches the single-process join"), results[0][1]
 
 
 def test_launch_env_reads_torchrun_mpi_and_pmi_and_names_bad_values():
