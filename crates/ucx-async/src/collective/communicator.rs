@@ -114,21 +114,36 @@ impl Communicator {
         self.peer(src, "Communicator::recv")?.recv_tag(buf, t, FULL_MASK).await
     }
 
-    /// Returns once every rank has called `barrier`.
-    pub async fn barrier(&self) -> Result<()> {
-        let seq = self.next_seq();
-        let op = "Communicator::barrier";
-        // Every rank tells every rank (N^2 empty messages: fine for the world sizes a host or
-        // a rack has; a dissemination barrier is the step up).
-        let mine = tag::own(seq, self.rank, 0, op)?;
-        let sends = self.peers.iter().map(|ep| ep.send_tag::<[u8]>(&[], mine));
-        let mut marks = vec![[0u8; 0]; self.size()];
-        let recvs = marks.iter_mut().enumerate().map(|(r, m)| async move {
-            let t = tag::own(seq, r, 0, op)?;
-            self.peers[r].recv_tag(&mut m[..], t, FULL_MASK).await
+    /// Batch `batch` of operation `seq`: sends each `(rank, bytes)` of `sends` and receives
+    /// into each `(rank, buffer)` of `recvs`, all at once. A message whose length is not its
+    /// buffer's is a protocol error.
+    async fn exchange<'b>(
+        &self,
+        op: &'static str,
+        seq: u32,
+        batch: usize,
+        sends: impl Iterator<Item = (usize, &'b [u8])>,
+        recvs: impl Iterator<Item = (usize, &'b mut [u8])>,
+    ) -> Result<()> {
+        let mine = tag::own(seq, self.rank, batch, op)?;
+        let sends = sends.map(|(r, bytes)| self.peers[r].send_tag(bytes, mine));
+        let recvs = recvs.map(|(r, buf)| async move {
+            let want = buf.len();
+            let n = self.peers[r].recv_tag(buf, tag::own(seq, r, batch, op)?, FULL_MASK).await?;
+            expect_len(op, r, n, want)
         });
         tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
         Ok(())
+    }
+
+    /// Returns once every rank has called `barrier`.
+    pub async fn barrier(&self) -> Result<()> {
+        let seq = self.next_seq();
+        // Every rank tells every rank (N^2 empty messages: fine for the world sizes a host or
+        // a rack has; a dissemination barrier is the step up).
+        let all = 0..self.size();
+        let recvs = all.clone().map(|r| (r, &mut [][..]));
+        self.exchange("Communicator::barrier", seq, 0, all.map(|r| (r, &[][..])), recvs).await
     }
 
     /// Gathers every rank's `mine` (the same length on every rank) into `out`, rank by rank:
@@ -148,15 +163,11 @@ impl Communicator {
             ));
         }
         let seq = self.next_seq();
-        let t = tag::own(seq, self.rank, 0, op)?;
-        let sends = self.peers.iter().map(|ep| ep.send_tag(mine, t));
-        let recvs =
-            out.chunks_mut(mine.len().max(1)).enumerate().filter(|_| !mine.is_empty()).map(|(r, chunk)| async move {
-                let n = self.peers[r].recv_tag(chunk, tag::own(seq, r, 0, op)?, FULL_MASK).await?;
-                expect_len(op, r, n, chunk.len())
-            });
-        tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
-        Ok(())
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let sends = (0..self.size()).map(|r| (r, mine));
+        self.exchange(op, seq, 0, sends, out.chunks_mut(mine.len()).enumerate()).await
     }
 
     /// All-to-all with a part of any size (zero included) for each rank: `parts[r]` goes to
@@ -181,17 +192,11 @@ impl Communicator {
         let others = || (0..self.size()).filter(move |&r| r != me);
         // Phase 1 (batch 0): the sizes. This rank's own part never leaves the process.
         let sizes: Vec<[u8; 8]> = parts.iter().map(|p| (p.len() as u64).to_le_bytes()).collect();
-        let size_sends = others().map(|r| {
-            let s = &sizes[r];
-            async move { self.peers[r].send_tag(&s[..], tag::own(seq, me, 0, op)?).await }
-        });
         let mut incoming = vec![[0u8; 8]; self.size()];
         incoming[me] = sizes[me];
-        let size_recvs = incoming.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, s)| async move {
-            let n = self.peers[r].recv_tag(&mut s[..], tag::own(seq, r, 0, op)?, FULL_MASK).await?;
-            expect_len(op, r, n, 8)
-        });
-        tokio::try_join!(try_join_all(size_sends), try_join_all(size_recvs))?;
+        let size_sends = others().map(|r| (r, &sizes[r][..]));
+        let size_recvs = incoming.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, s)| (r, &mut s[..]));
+        self.exchange(op, seq, 0, size_sends, size_recvs).await?;
         // Phase 2 (batch 1): the parts, zero-size ones not sent at all.
         out.resize_with(self.size(), Vec::new);
         for (r, (s, buf)) in incoming.iter().zip(out.iter_mut()).enumerate() {
@@ -210,17 +215,9 @@ impl Communicator {
             buf.resize(n, 0);
         }
         out[me].copy_from_slice(parts[me]);
-        let sends = others().filter(|&r| !parts[r].is_empty()).map(|r| {
-            let p = parts[r];
-            async move { self.peers[r].send_tag(p, tag::own(seq, me, 1, op)?).await }
-        });
-        let recvs = out.iter_mut().enumerate().filter(|(r, b)| *r != me && !b.is_empty()).map(|(r, b)| async move {
-            let want = b.len();
-            let n = self.peers[r].recv_tag(&mut b[..], tag::own(seq, r, 1, op)?, FULL_MASK).await?;
-            expect_len(op, r, n, want)
-        });
-        tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
-        Ok(())
+        let sends = others().filter(|&r| !parts[r].is_empty()).map(|r| (r, parts[r]));
+        let recvs = out.iter_mut().enumerate().filter(|(r, b)| *r != me && !b.is_empty()).map(|(r, b)| (r, &mut b[..]));
+        self.exchange(op, seq, 1, sends, recvs).await
     }
 
     /// Closes the endpoints to every rank (after a final barrier, so no rank closes while
