@@ -7,6 +7,8 @@
 //! rank's, each iteration) and the bytes all ranks sent to other ranks per second.
 #[path = "common/launch.rs"]
 mod launch;
+#[path = "common/progress_mode.rs"]
+mod progress_mode;
 #[path = "common/usage.rs"]
 mod usage;
 
@@ -16,12 +18,12 @@ use std::time::Instant;
 use ucx_async::core::Context;
 use ucx_async::{Communicator, ProgressMode, Worker};
 
-const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling]
+const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling|adaptive]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --max-size
 (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
-4 MiB), progress --mode event (sleep on the wakeup fd, the default) or polling (as MPI
-does). Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
+4 MiB), progress --mode event (sleep on the wakeup fd, the default), polling (as MPI does) or
+adaptive. Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -29,14 +31,8 @@ fn main() -> ExitCode {
     let opt = |name| launch::number_option(&args, name, USAGE);
     let (ranks, max, iters) =
         (opt("--ranks").unwrap_or(2), opt("--max-size").unwrap_or(64 << 20), opt("--iters").unwrap_or(20));
-    let mode = match args.iter().position(|a| a == "--mode").map(|i| args.get(i + 1).map(String::as_str)) {
-        None | Some(Some("event")) => ProgressMode::Event,
-        Some(Some("polling")) => ProgressMode::Polling,
-        _ => {
-            eprintln!("--mode is event or polling\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let mode_name = args.iter().position(|a| a == "--mode").map(|i| args.get(i + 1).map_or("", String::as_str));
+    let mode = progress_mode::progress_mode("alltoall", mode_name.unwrap_or("event"));
     if std::env::var_os("RANK").is_none() {
         return launch::run_ranks("alltoall", ranks, &args);
     }

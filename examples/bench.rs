@@ -13,6 +13,8 @@
 //! `--worker-address`: connect by worker address, as `ucx_perftest` does).
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
+#[path = "common/progress_mode.rs"]
+mod progress_mode;
 #[path = "common/server_process.rs"]
 mod server_process;
 #[path = "common/usage.rs"]
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use ucx_async::core::Context;
 use ucx_async::Result;
-use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, ProgressMode, Worker};
+use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, Worker};
 
 #[derive(Clone)]
 struct Opts {
@@ -77,18 +79,6 @@ fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
     (opts, role, port)
 }
 
-fn mode(name: &str) -> ProgressMode {
-    match name {
-        "polling" => ProgressMode::Polling,
-        "adaptive" => ProgressMode::Adaptive { spin: Duration::from_micros(100) },
-        "event" => ProgressMode::Event,
-        other => {
-            eprintln!("bench: --mode must be event, polling or adaptive, got {other:?}");
-            std::process::exit(2)
-        }
-    }
-}
-
 fn context() -> Result<Context> {
     // Loopback only; shared memory with peer-failure handling, for speed between two processes
     // that trust each other (a peer killed mid-send jams the shared queue: README, Reliability).
@@ -139,7 +129,7 @@ impl Api {
 
 async fn server(o: Opts) -> Result<()> {
     let ctx = context()?;
-    let worker = Worker::new(&ctx, mode(&o.mode))?;
+    let worker = Worker::new(&ctx, progress_mode::progress_mode("bench", &o.mode))?;
     let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
     let ep = if o.worker_address {
         oob::server(&worker, options).await?
@@ -170,7 +160,7 @@ async fn server(o: Opts) -> Result<()> {
 
 async fn client(o: Opts, port: u16) -> Result<()> {
     let ctx = context()?;
-    let worker = Worker::new(&ctx, mode(&o.mode))?;
+    let worker = Worker::new(&ctx, progress_mode::progress_mode("bench", &o.mode))?;
     let options = ConnectOptions { error_handling: o.error_handling, ..Default::default() };
     let ep = if o.worker_address {
         oob::client(&worker, port, options).await?

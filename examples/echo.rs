@@ -6,6 +6,8 @@
 //! server; prints `PORT n`), `--client PORT` (only the client).
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
+#[path = "common/progress_mode.rs"]
+mod progress_mode;
 #[path = "common/round_trips.rs"]
 mod round_trips;
 #[path = "common/server_process.rs"]
@@ -15,7 +17,7 @@ mod usage;
 
 use accept_or_exit::accept_or_exit;
 use round_trips::{iters_for, WARMUP};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ucx_async::core::Context;
 use ucx_async::Result;
@@ -97,15 +99,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     usage::exit_if_help(&args, USAGE);
     let iters = arg(&args, "--iters").and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let mode = match arg(&args, "--mode").unwrap_or("event") {
-        "event" => ProgressMode::Event,
-        "polling" => ProgressMode::Polling,
-        "adaptive" => ProgressMode::Adaptive { spin: Duration::from_micros(100) },
-        other => {
-            eprintln!("echo: unknown --mode {other:?} (event, polling or adaptive)");
-            std::process::exit(2);
-        }
-    };
+    let mode = progress_mode::progress_mode("echo", arg(&args, "--mode").unwrap_or("event"));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let result = if args.iter().any(|a| a == "--server") {
         rt.block_on(server(mode, iters))
