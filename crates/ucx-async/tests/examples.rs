@@ -48,24 +48,7 @@ fn alltoall_answers_help() {
 
 #[test]
 fn hash_join_on_three_ranks_matches_the_single_process_join() {
-    let path = example("hash_join").expect("example hash_join is missing: run `cargo test -p ucx-async`");
-    let mut child = Command::new(path)
-        .args(["--ranks", "3", "--rows", "20000"])
-        .env_remove("RANK")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run hash_join");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("poll hash_join").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hash_join did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("hash_join output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{:?}\n{stdout}", out.status);
+    let stdout = run_example("hash_join", &["--ranks", "3", "--rows", "20000"]);
     assert!(stdout.contains("RESULT pairs=") && stdout.contains("matches the single-process join"), "{stdout}");
 }
 
@@ -75,29 +58,40 @@ fn echo_cuda_answers_help() {
     assert_answers_help("echo_cuda");
 }
 
-/// Runs `bench` with `args` (it starts its own server process) and returns its RESULT line;
-/// fails if it runs longer than 60 s (a hang).
-fn bench_result(args: &[&str]) -> String {
-    let path = example("bench").expect("example bench is missing: run `cargo test -p ucx-async`");
-    let mut child =
-        Command::new(path).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run bench");
+/// Runs example `name` with `args` to its end (it starts its own server or ranks) and returns
+/// its stdout; fails if it runs longer than 60 s (a hang) or exits unsuccessfully.
+fn run_example(name: &str, args: &[&str]) -> String {
+    let path = example(name).unwrap_or_else(|| panic!("example {name} is missing: run `cargo test -p ucx-async`"));
+    let mut child = Command::new(path)
+        .args(args)
+        .env_remove("RANK")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("poll bench").is_none() {
+    while child.try_wait().expect("poll the example").is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("bench {args:?} did not finish within 60 s");
+            panic!("{name} {args:?} did not finish within 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().expect("bench output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = child.wait_with_output().expect("the example's output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "bench {args:?}: {:?}\n{stdout}\n{}",
+        "{name} {args:?}: {:?}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// `bench` with `args`: its RESULT line.
+fn bench_result(args: &[&str]) -> String {
+    let stdout = run_example("bench", args);
     stdout.lines().find(|l| l.starts_with("RESULT ")).unwrap_or_else(|| panic!("no RESULT line:\n{stdout}")).to_string()
 }
 
