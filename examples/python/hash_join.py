@@ -16,7 +16,6 @@ import numpy as np
 
 from ucp.collective import Communicator
 
-M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def mix(x):
