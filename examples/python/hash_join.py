@@ -17,7 +17,6 @@ import numpy as np
 from ucp.collective import Communicator
 
 
-
 def mix(x):
     """splitmix64's finalizer on a uint64 array (wrapping, as the Rust example's `mix`)."""
     x = x.astype(np.uint64, copy=True)
