@@ -2,6 +2,7 @@
 its own endpoints, while the others progress the same worker (UCX-Py could deadlock here)."""
 import asyncio
 import threading
+import time
 
 import numpy as np
 
@@ -64,3 +65,46 @@ def test_progress_from_another_thread_while_loop_waits(fresh_ucp):
         lf.close()
 
     asyncio.run(main())
+
+
+class _LoopWithHook(asyncio.SelectorEventLoop):
+    """An event loop that runs ``before_next_future`` (once) inside its next ``create_future``:
+    the moment when a submitting call runs Python and another thread may take the GIL."""
+
+    before_next_future = None
+
+    def create_future(self):
+        hook, self.before_next_future = self.before_next_future, None
+        if hook is not None:
+            hook()
+        return super().create_future()
+
+
+def test_completion_while_the_submitter_makes_its_future(fresh_ucp):
+    """An operation that completes, and is drained by another progress call, between its
+    submission and the creation of its future still resolves that future (the completion was
+    once dropped because the operation was not yet in the in-flight table: a handshake on one
+    of several threads' loops then timed out)."""
+    payload = b"handshake bytes!"
+
+    async def main():
+        lf, client, server = await pair()
+        got = bytearray(len(payload))
+
+        def complete_and_drain():
+            client._ep.stream_send(payload)
+            deadline = time.monotonic() + 10
+            while got != payload and time.monotonic() < deadline:
+                ucp.progress()
+            assert got == payload, "the stream receive never completed in UCX"
+
+        asyncio.get_running_loop().before_next_future = complete_and_drain
+        fut = server._ep.stream_recv(got)
+        assert fut is not None, "the receive finished inline; the test needs it in flight"
+        await asyncio.wait_for(fut, 10)
+        assert got == payload
+        await client.close()
+        lf.close()
+
+    with asyncio.Runner(loop_factory=_LoopWithHook) as runner:
+        runner.run(main())

@@ -325,7 +325,19 @@ impl Engine {
 
     /// Keeps an operation in flight until its completion is drained.
     fn keep<B: Send + 'static>(&self, py: Python<'_>, id: u64, owned: Owned<B>, sink: Sink, meta: Meta) {
-        lock(&self.ops).insert(id, Op { pending: Box::new(owned), sink, meta });
+        let finished_meanwhile = {
+            let mut ops = lock(&self.ops);
+            let complete = owned.is_complete();
+            ops.insert(id, Op { pending: Box::new(owned), sink, meta });
+            complete
+        };
+        // Between the first poll and here the caller ran Python (making the future), which may
+        // let another thread progress the worker and drain: that drain found no op under this
+        // id and dropped its completion, so queue it again. (The callback marks an operation
+        // complete before it wakes, so a completion after the insert is queued by its waker.)
+        if finished_meanwhile {
+            lock(&self.done.0).push(id);
+        }
         self.needs_progress(py);
     }
 
