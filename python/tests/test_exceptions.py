@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 
+import ucp
 import ucp._libs.exceptions as libs_exceptions
 import ucp.exceptions as exceptions
 from ucp.exceptions import (
@@ -14,9 +15,11 @@ from ucp.exceptions import (
     UCXCloseError,
     UCXConfigError,
     UCXConnectionReset,
+    UCXEndpointClosed,
     UCXError,
     UCXMsgTruncated,
     UCXNotConnected,
+    UCXPeerFailure,
     UCXUnreachable,
     UCXWarning,
     log_errors,
@@ -44,6 +47,22 @@ def test_catching_ucxerror_does_not_catch_the_others(cls):
             pytest.fail(f"{cls.__name__} was caught as UCXError")
 
 
+def test_causes_are_each_class_ucx_py_raised_for_them():
+    # A peer failure: UCX-Py raised UCXCanceled (pending receives), UCXError (operations
+    # after, "Endpoint timeout") or UCXConnectionReset; a handler for any of them catches it.
+    for cls in (UCXCanceled, UCXError, UCXConnectionReset):
+        assert issubclass(UCXPeerFailure, cls)
+    # Our close: UCXCanceled (pending), UCXCloseError or AttributeError (after).
+    for cls in (UCXCanceled, UCXCloseError, AttributeError):
+        assert issubclass(UCXEndpointClosed, cls)
+    assert not issubclass(UCXEndpointClosed, UCXError), "Endpoint.close's except UCXError would hide it"
+    assert not issubclass(UCXPeerFailure, UCXCloseError) and not issubclass(UCXEndpointClosed, UCXPeerFailure)
+    for cls in (UCXPeerFailure, UCXEndpointClosed):
+        e = pickle.loads(pickle.dumps(cls("why")))
+        assert type(e) is cls and e.args == ("why",)
+    assert ucp.UCXPeerFailure is UCXPeerFailure and ucp.UCXEndpointClosed is UCXEndpointClosed
+
+
 def test_config_error_is_a_ucxerror():
     with pytest.raises(UCXError):
         raise UCXConfigError("Option FOO doesn't exist")
@@ -64,7 +83,7 @@ def test_picklable():
 def test_reexported_from_libs():
     names = set(libs_exceptions.__all__)
     assert "log_errors" in names
-    assert len(names) == 11
+    assert len(names) == 13
     for name in names:
         assert getattr(exceptions, name) is getattr(libs_exceptions, name)
 

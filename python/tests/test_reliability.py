@@ -1,14 +1,17 @@
 """Failure paths a careless or hostile caller or peer reaches (issue 15): untrusted worker
 addresses are refused with a reason instead of aborting the process; a cancelled receive
 never swallows the next message."""
+import array
 import asyncio
 import random
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import ucp
-from conftest import pair, run
+from conftest import pair, posted, run
 
 
 def test_bad_worker_addresses_are_refused_not_fatal(fresh_ucp):
@@ -130,14 +133,175 @@ def test_cancelled_am_recv_does_not_take_the_next_message(progress_mode):
     run(main())
 
 
+def test_am_recv_cancelled_as_its_message_arrives_leaves_it_for_the_next(progress_mode):
+    """The message reached the receive's future, then the caller's cancel reached the task
+    first: the message goes back to the queue, in order."""
+
+    async def main():
+        lf, client, server = await pair()
+        task = asyncio.ensure_future(server.am_recv())
+        await asyncio.sleep(0)  # the task now awaits its future
+        waiting = task._fut_waiter
+        client._ep.am_send(b"first")
+        _progress_until(waiting.done)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await client.am_send(b"second")
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"first"
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"second"
+        lf.close()
+
+    run(main())
+
+
+def _progress_until(cond, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "UCX never delivered the message"
+        ucp.progress()
+
+
+def _progress_in_a_thread_until_handed_over(fut):
+    """Progresses the worker from another thread (the loop blocked meanwhile) until that
+    thread has handed ``fut``'s outcome to the loop, which has not run it yet."""
+    loop = asyncio.get_running_loop()
+
+    def handed_over():
+        return any(getattr(h, "_args", None) and h._args[0] is fut for h in list(loop._ready))
+
+    t = threading.Thread(target=_progress_until, args=(handed_over,))
+    t.start()
+    t.join()
+
+
+def test_am_message_handed_to_a_cancelled_receive_on_another_loop_is_requeued(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        fut = server._ep.am_recv()
+        client._ep.am_send(b"first")
+        _progress_in_a_thread_until_handed_over(fut)
+        fut.cancel()
+        await client.am_send(b"second")
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"first"
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"second"
+        lf.close()
+
+    run(main())
+
+
+def test_message_handed_to_a_cancelled_receive_on_another_loop_closes_the_endpoint(progress_mode):
+    """A tag message cannot be put back in UCX: the endpoint closes, so the next receive fails
+    clearly instead of silently getting the message after."""
+
+    async def main():
+        lf, client, server = await pair()
+        first = bytearray(5)
+        fut = server._post_recv(first, server._tag("msg_recv", None, False), 0)
+        client._ep.tag_send(b"first", client._tag("msg_send", None, False))
+        _progress_in_a_thread_until_handed_over(fut)
+        fut.cancel()
+        await asyncio.sleep(0)
+        await _send_unless_closed(client, b"secnd")  # what the receive would get without the close
+        with pytest.raises(ucp.exceptions.UCXCloseError, match="cancelled after UCX had matched"):
+            await asyncio.wait_for(server.recv(bytearray(5)), 5)
+        client.abort()
+        lf.close()
+
+    run(main())
+
+
+async def _send_unless_closed(ep, data):
+    """Sends what a receiver that did not close would read next; the receiver's close may
+    have reached ``ep`` first."""
+    try:
+        await ep.send(data)
+    except ucp.exceptions.UCXBaseException:
+        pass
+
+
+def _signal_in_allocator(allocated):
+    def allocator(n):
+        allocated.set()
+        return bytearray(n)
+
+    return allocator
+
+
+def test_recv_obj_cancelled_after_the_size_closes_the_endpoint(progress_mode):
+    """Cancelled between the size and the object, ``recv_obj`` must not leave the object to be
+    read as the next size (here it would announce 3 bytes and wait for them forever)."""
+
+    async def main():
+        lf, client, server = await pair()
+        allocated = asyncio.Event()
+        task = asyncio.ensure_future(server.recv_obj(allocator=_signal_in_allocator(allocated)))
+        await client.send(array.array("Q", [8]))
+        await asyncio.wait_for(allocated.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await _send_unless_closed(client, array.array("Q", [3]))  # the object, read as a size
+        with pytest.raises(ucp.exceptions.UCXCloseError, match="cancelled after UCX had matched"):
+            await asyncio.wait_for(server.recv_obj(), 5)
+        client.abort()
+        lf.close()
+
+    run(main())
+
+
+def test_recv_multi_cancelled_after_the_headers_closes_the_endpoint(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        allocated = asyncio.Event()
+        task = asyncio.ensure_future(server.recv_multi(allocator=_signal_in_allocator(allocated)))
+        for header in ucp.core._MultiHeader.pack_all([(False, 4)]):
+            await client.send(header)
+        await asyncio.wait_for(allocated.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await _send_unless_closed(client, b"data")
+        with pytest.raises(ucp.exceptions.UCXCloseError, match="cancelled after UCX had matched"):
+            await asyncio.wait_for(server.recv_multi(), 5)
+        client.abort()
+        lf.close()
+
+    run(main())
+
+
 def test_transfers_after_close_raise_close_error(progress_mode):
     async def main():
         lf, client, server = await pair()
         await client.close()
-        for op in (client.recv(bytearray(8)), client.send(b"x"), client.am_recv()):
-            with pytest.raises(ucp.exceptions.UCXCloseError, match="Endpoint closed") as e:
+        for op in (client.recv(bytearray(8)), client.send(b"x"), client.am_recv(), client.am_send(b"x")):
+            with pytest.raises(ucp.UCXEndpointClosed, match="Endpoint closed") as e:
                 await op
-            assert isinstance(e.value, AttributeError)  # what UCX-Py raised here
+            assert isinstance(e.value, (ucp.exceptions.UCXCloseError, AttributeError))  # what UCX-Py raised
+        lf.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("how", ["close", "abort"])
+def test_transfers_pending_at_our_close_raise_endpoint_closed(progress_mode, how):
+    async def main():
+        lf, client, server = await pair()
+        pending = [
+            await posted(server.recv(bytearray(8))),
+            server._ep.stream_recv(bytearray(8)),  # a future, already in flight
+            asyncio.ensure_future(server.am_recv()),
+        ]
+        await asyncio.sleep(0)
+        if how == "close":
+            await server.close()
+        else:
+            server.abort()
+        for op in pending:
+            with pytest.raises(ucp.UCXEndpointClosed) as e:
+                await asyncio.wait_for(op, 5)
+            assert isinstance(e.value, ucp.exceptions.UCXCanceled)  # what UCX-Py raised
+        client.abort()
         lf.close()
 
     run(main())

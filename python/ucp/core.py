@@ -9,6 +9,7 @@ an asyncio future otherwise.
 """
 import array
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -24,8 +25,9 @@ from ._libs.arr import Array
 from ._libs.exceptions import (
     UCXBaseException,
     UCXCanceled,
-    UCXCloseError,
+    UCXEndpointClosed,
     UCXError,
+    UCXPeerFailure,
 )
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode, others_ready, spin_us
 from .utils import get_event_loop, hash64bits, interface_of
@@ -462,10 +464,8 @@ class Listener:
             self._ctx = None
 
 
-class EndpointClosedError(UCXCloseError, AttributeError):
-    """A transfer on an endpoint after ``close()`` or ``abort()``. UCX-Py raised a bare
-    ``AttributeError`` here ('NoneType' object has no attribute 'raise_on_error'); this is
-    ``UCXCloseError``, and still an ``AttributeError`` for code written against UCX-Py."""
+# The earlier name of ``UCXEndpointClosed`` (kept for code that imported it).
+EndpointClosedError = UCXEndpointClosed
 
 
 class Endpoint:
@@ -501,7 +501,7 @@ class Endpoint:
 
     def abort(self):
         """Closes the endpoint at once without telling the peer: pending operations on it
-        fail with ``UCXCanceled``; the close callback runs."""
+        fail with ``UCXEndpointClosed``; the close callback runs."""
         ep, self._ep, self._ctx = self._ep, None, None
         if ep is not None:
             logger.debug("Endpoint.abort(): %s", hex(self.uid))
@@ -525,6 +525,7 @@ class Endpoint:
         if self._shutting_down_peer:
             return
         self._shutting_down_peer = True
+        self._ep.begin_close()
         try:
             if self._tags is not None and self._tags.get("ctrl_send") is not None:
                 log = "[Send shutdown] ep: %s, tag: %s, close_after_n_recv: %d" % (
@@ -557,9 +558,9 @@ class Endpoint:
         else its future."""
         ep = self._ep
         if ep is None:
-            raise EndpointClosedError("Endpoint closed")
+            raise UCXEndpointClosed("Endpoint closed")
         self._send_count += 1
-        # One native call: raises the peer's failure, or UCXCloseError if closed, first.
+        # One native call: raises the peer's failure, or UCXEndpointClosed if closed, first.
         return ep.tag_send_checked(buffer, tag, spin_us)
 
     def _post_recv(self, buffer, tag, spin_us):
@@ -567,10 +568,10 @@ class Endpoint:
         else its future. The caller counts it finished (``_recv_finished``)."""
         ep = self._ep
         if ep is None:
-            raise EndpointClosedError("Endpoint closed")
+            raise UCXEndpointClosed("Endpoint closed")
         self._recv_count += 1
         # Unless a matching message is already waiting, raises the peer's failure, or
-        # UCXCloseError if closed, first. It progresses for up to ``spin_us`` before it hands
+        # UCXEndpointClosed if closed, first. It progresses for up to ``spin_us`` before it hands
         # back a future, so a prompt reply needs no trip through the event loop.
         return ep.tag_recv_checked(buffer, tag, spin_us)
 
@@ -583,14 +584,19 @@ class Endpoint:
         """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
         endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
         tag = self._tag("msg_send", tag, force_tag)
+        return await self._sent(lambda: self._post_send(buffer, tag, _inline_spin_us()))
+
+    async def _sent(self, post):
+        """Posts sends with ``post()`` (their future, or ``None`` if finished at once) and waits
+        for them. A cancel is an error only if this endpoint was aborted meanwhile (as in
+        UCX-Py) or its peer failed (UCX-Py returned then as if the send had succeeded)."""
         try:
-            fut = self._post_send(buffer, tag, _inline_spin_us())
+            fut = post()
             if fut is None:
                 return True
             return await fut
         except UCXCanceled as e:
-            # Canceled because this endpoint was aborted meanwhile: only then is it an error.
-            if self._ep is None:
+            if self._ep is None or isinstance(e, UCXPeerFailure):
                 raise e
 
     async def recv(self, buffer, tag=None, force_tag=False):
@@ -636,32 +642,40 @@ class Endpoint:
         ``DeviceBuffer``, or a CuPy array). Every frame's receive is posted as soon as the
         headers are in. A message larger than ``max_size`` bytes (default
         ``default_max_message_size()``) is refused before anything is allocated."""
-        layout, nbytes = [], 0
-        while True:
-            header = bytearray(_MultiHeader.SIZE)
-            await self.recv(header, tag=tag, force_tag=force_tag)
-            more, frames = _MultiHeader.unpack(header)
-            layout += frames
-            nbytes += sum(n for _, n in frames)
-            # Checked per header: a peer announcing headers without end is refused as soon as
-            # its total passes a limit, not once it has filled our memory with frame entries.
-            _check_message_size(self, "recv_multi", nbytes, max_size)
-            if len(layout) > _MAX_FRAMES:
-                _refuse(self, f"recv_multi: the peer announced more than {_MAX_FRAMES} frames")
-            if not more:
-                break
-        if any(cuda for cuda, _ in layout) and device_allocator is None:
-            device_allocator = _device_buffer
-        frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
-        tag = self._tag("msg_recv", tag, force_tag)
-        await _gather_posted(self._post_recv(b, tag, 0) for b in frames)
+        header = bytearray(_MultiHeader.SIZE)
+        await self.recv(header, tag=tag, force_tag=force_tag)
+        # From here on the message is partly received: the rest must not be left for the
+        # next receive to read as a message of its own.
+        async with self._whole_message():
+            layout, nbytes = [], 0
+            while True:
+                more, frames = _MultiHeader.unpack(header)
+                layout += frames
+                nbytes += sum(n for _, n in frames)
+                # Checked per header: a peer announcing headers without end is refused as soon
+                # as its total passes a limit, not once it has filled our memory with entries.
+                _check_message_size(self, "recv_multi", nbytes, max_size)
+                if len(layout) > _MAX_FRAMES:
+                    _refuse(self, f"recv_multi: the peer announced more than {_MAX_FRAMES} frames")
+                if not more:
+                    break
+                header = bytearray(_MultiHeader.SIZE)
+                await self.recv(header, tag=tag, force_tag=force_tag)
+            if any(cuda for cuda, _ in layout) and device_allocator is None:
+                device_allocator = _device_buffer
+            frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
+            tag = self._tag("msg_recv", tag, force_tag)
+            await _gather_posted(self._post_recv(b, tag, 0) for b in frames)
         self._recv_finished(len(frames))
         return frames
 
     async def am_send(self, buffer):
         """Sends ``buffer`` as an active message (received with ``am_recv``)."""
+        if self._ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        self._ep.raise_on_error()
         if self.closed():
-            raise UCXCloseError("Endpoint closed")
+            raise UCXEndpointClosed("Endpoint closed")
         self._send_count += 1
         fut = self._ep.am_send(buffer)
         return True if fut is None else await fut
@@ -670,13 +684,21 @@ class Endpoint:
         """The next active message from the peer, in an object from the registered allocator
         (``bytearray`` by default for host memory)."""
         if self._ep is None:
-            raise EndpointClosedError("Endpoint closed")
+            raise UCXEndpointClosed("Endpoint closed")
         if not self._ep.am_probe():
             self._ep.raise_on_error()
             if self.closed():
-                raise UCXCloseError("Endpoint closed")
+                raise UCXEndpointClosed("Endpoint closed")
         self._recv_count += 1
-        ret = await self._ep.am_recv()
+        fut = self._ep.am_recv()
+        try:
+            ret = await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None and self._ep is not None:
+                # The message arrived, but the caller's cancel reached the task first: put it
+                # back for the next am_recv.
+                self._ep.am_requeue(fut.result())
+            raise
         self._finished_recv_count += 1
         if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
             self.abort()
@@ -687,18 +709,34 @@ class Endpoint:
         if not isinstance(obj, (bytes, bytearray, memoryview)) and not hasattr(obj, "__cuda_array_interface__"):
             obj = memoryview(obj)
         nbytes = array.array("Q", [_nbytes(obj)])
-        await self.send(nbytes, tag=tag)
-        await self.send(obj, tag=tag)
+        # Both posted before the first wait: a cancel between them would leave the peer a size
+        # without its object. (UCX finishes a posted send whatever the caller does.)
+        tag = self._tag("msg_send", tag, False)
+        await self._sent(lambda: _post_all(self._post_send(b, tag, 0) for b in (nbytes, obj)))
 
     async def recv_obj(self, tag=None, allocator=bytearray, max_size=None):
         """Receives an object sent with ``send_obj`` into ``allocator(size)``; a size above
         ``max_size`` (default ``default_max_message_size()``) is refused before allocating."""
         nbytes = array.array("Q", [0])
         await self.recv(nbytes, tag=tag)
-        _check_message_size(self, "recv_obj", nbytes[0], max_size)
-        obj = allocator(nbytes[0])
-        await self.recv(obj, tag=tag)
+        async with self._whole_message():
+            _check_message_size(self, "recv_obj", nbytes[0], max_size)
+            obj = allocator(nbytes[0])
+            await self.recv(obj, tag=tag)
         return obj
+
+    @contextlib.asynccontextmanager
+    async def _whole_message(self):
+        """Around the receives that finish a message whose first part was received: if the
+        caller cancels them, the rest of the message would be read as the next one, so the
+        endpoint is closed (the next receive says why) instead."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            ep = self._ep
+            if ep is not None:
+                ep.close_for_lost_message()
+            raise
 
     def close_after_n_recv(self, n, count_from_ep_creation=False):
         """Closes the endpoint once ``n`` more receives (or ``n`` since creation) finished."""

@@ -8,8 +8,8 @@ use ucx_core::{wire, AmMessage, MemoryType, Owned};
 
 use crate::buffer::PyBuf;
 use crate::engine::{lock, Engine, Meta, Name, Sink};
-use crate::errors::{self, Kind};
-use crate::target::{Outcome, Target};
+use crate::errors::{self, End, Kind};
+use crate::target::{Outcome, Target, Undelivered};
 
 /// Receives an arrived message into a freshly allocated object and routes it to its endpoint.
 pub(crate) fn deliver(engine: &Engine, py: Python<'_>, msg: AmMessage) {
@@ -66,13 +66,42 @@ fn allocate(engine: &Engine, py: Python<'_>, cuda: bool, len: usize) -> PyResult
 /// `handle` that is still awaited, or queues it: a receive whose future was cancelled (a task
 /// cancel, a `wait_for` timeout) must not take the message with it.
 pub(crate) fn route(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome) {
+    route_to(engine, py, handle, outcome, Arrival::Newest);
+}
+
+/// Puts back a message whose receiver was cancelled after it had been handed over: it goes to
+/// the next waiting receive, or to the head of the queue (it is older than what is queued).
+pub(crate) fn requeue(engine: &Engine, py: Python<'_>, handle: usize, obj: Py<PyAny>) {
+    route_to(engine, py, handle, Ok(obj), Arrival::Oldest);
+}
+
+enum Arrival {
+    Newest,
+    Oldest,
+}
+
+fn route_to(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome, arrival: Arrival) {
     loop {
         let waiter = lock(&engine.am).waiting.get_mut(&handle).and_then(|w| w.pop_front());
         match waiter {
             Some(t) if t.is_abandoned(py) => continue,
-            Some(t) => return t.resolve(py, outcome),
+            Some(t) => {
+                // A waiter on another loop may be cancelled before its loop takes the message.
+                let engine = engine.weak();
+                let undelivered: Undelivered = Box::new(move |py, obj| {
+                    if let Some(engine) = engine.upgrade() {
+                        requeue(&engine, py, handle, obj);
+                    }
+                });
+                return t.resolve_or(py, outcome, Some(undelivered));
+            }
             None => {
-                lock(&engine.am).queued.entry(handle).or_default().push_back(outcome);
+                let mut am = lock(&engine.am);
+                let queue = am.queued.entry(handle).or_default();
+                match arrival {
+                    Arrival::Newest => queue.push_back(outcome),
+                    Arrival::Oldest => queue.push_front(outcome),
+                }
                 return;
             }
         }
@@ -107,12 +136,13 @@ pub(crate) fn probe(engine: &Engine, handle: usize) -> bool {
     lock(&engine.am).queued.get(&handle).is_some_and(|q| !q.is_empty())
 }
 
-/// Fails every receive waiting on endpoint `handle` with `UCXCanceled(msg)`; returns how many.
-pub(crate) fn fail_waiting(engine: &Engine, py: Python<'_>, handle: usize, msg: &str) -> usize {
+/// Fails every receive waiting on endpoint `handle` with `end`'s exception (UCX-Py's message);
+/// returns how many.
+pub(crate) fn fail_waiting(engine: &Engine, py: Python<'_>, handle: usize, end: End) -> usize {
     let waiting = lock(&engine.am).waiting.remove(&handle).unwrap_or_default();
     let n = waiting.len();
     for t in waiting {
-        t.resolve(py, Err(errors::new(py, Kind::Canceled, msg)));
+        t.resolve(py, Err(end.error(py, format!("While waiting for am_recv the endpoint was closed: {}", end.why()))));
     }
     n
 }

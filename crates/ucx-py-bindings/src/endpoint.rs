@@ -1,6 +1,7 @@
 //! `Endpoint`: a UCX endpoint as UCX-Py's `UCXEndpoint` — tag, stream and active-message
 //! operations returning futures, peer-failure state (`is_alive`, `raise_on_error`), the close
 //! callback, and `close()`, which cancels what is in flight on it and closes it.
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use ucx_core::{wire, AmSendOptions, CloseMode, EndpointParams, MemoryType, Owned
 
 use crate::buffer::PyBuf;
 use crate::engine::{lock, Engine, EpShared, Meta, Name};
-use crate::errors::{self, Kind};
+use crate::errors::{self, End, Kind};
 use crate::worker::meta;
 
 /// How long `close()` waits for a flushing close before leaving it to finish in the background.
@@ -45,6 +46,7 @@ impl Endpoint {
             error_handling,
             failure: Mutex::new(None),
             closed_because: Mutex::new(None),
+            closing: AtomicBool::new(false),
             close_callback: Mutex::new(None),
         });
         lock(&engine.endpoints).insert(key, shared.clone());
@@ -58,7 +60,7 @@ impl Endpoint {
                 Some(why) => format!("Endpoint closed: {why}"),
                 None => "Endpoint closed".to_string(),
             };
-            errors::new(py, Kind::CloseError, msg)
+            errors::new(py, Kind::EndpointClosed, msg)
         })
     }
 
@@ -99,8 +101,7 @@ impl Endpoint {
             None => Ok(()),
             Some(s) => {
                 let msg = format!("Endpoint {:#x} error: {s}", self.shared.handle);
-                let kind = if s == Status::ConnectionReset { Kind::ConnectionReset } else { Kind::Error };
-                Err(errors::new(py, kind, msg))
+                Err(errors::new(py, Kind::PeerFailure, msg))
             }
         }
     }
@@ -109,6 +110,13 @@ impl Endpoint {
     /// is closed.
     fn set_close_callback(&self, callback: Py<PyAny>) {
         *lock(&self.shared.close_callback) = Some(callback);
+    }
+
+    /// Marks the endpoint as closing by this side (before `Endpoint.close` tells the peer): a
+    /// reset the peer answers with then fails pending operations as our close
+    /// (`UCXEndpointClosed`), not as a peer failure.
+    fn begin_close(&self) {
+        self.shared.closing.store(true, Ordering::Release);
     }
 
     /// Closes the endpoint because a message it received went to a receive whose caller
@@ -175,7 +183,8 @@ impl Endpoint {
     }
 
     /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
-    /// already waiting (it can be received after the peer closed), raises the peer's failure,
+    /// already waiting (it can be received after the peer closed, not after we closed on a
+    /// lost message), raises the peer's failure,
     /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us` before
     /// it returns a future (see `worker::tag_recv`).
     #[pyo3(signature = (buffer, tag, spin_us = 0))]
@@ -186,7 +195,10 @@ impl Endpoint {
         tag: u64,
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
-        if self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
+        // After a close that lost a message, a message waiting now may be the one after it:
+        // never hand that out.
+        let lost_one = lock(&self.shared.closed_because).is_some();
+        if lost_one || self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
             self.raise_on_error(py)?;
             self.ep(py)?;
         }
@@ -255,6 +267,12 @@ impl Endpoint {
         crate::am::recv(&self.engine, py, self.shared.handle, on_done)
     }
 
+    /// Puts back an active message that `am_recv` took but its caller never saw (cancelled as
+    /// the message arrived): the next `am_recv` gets it, before anything that came later.
+    fn am_requeue(&self, py: Python<'_>, message: Py<PyAny>) {
+        crate::am::requeue(&self.engine, py, self.shared.handle, message);
+    }
+
     /// Whether an active message from the peer is waiting to be received.
     fn am_probe(&self) -> bool {
         crate::am::probe(&self.engine, self.shared.handle)
@@ -319,8 +337,8 @@ pub(crate) fn close_shared(
     if why.is_some() {
         *lock(&shared.closed_because) = why;
     }
-    engine.cancel_ops_of(shared.key);
-    crate::am::fail_waiting(engine, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+    engine.cancel_ops_of(shared.key, End::Closed);
+    crate::am::fail_waiting(engine, py, shared.handle, End::Closed);
     let force = shared.error_handling && (ep.status().is_err() || lock(&shared.failure).is_some() || why.is_some());
     let mode = if force { CloseMode::Force } else { CloseMode::Flush };
     let closed = py.allow_threads(|| close_within(&ep, mode));
@@ -328,7 +346,7 @@ pub(crate) fn close_shared(
     engine.progress(py);
     // What the cancel and the close did not end waits for a message tail that can no longer
     // come (see `Engine::fail_stuck_ops_of`).
-    engine.fail_stuck_ops_of(py, shared.key, "the endpoint was closed");
+    engine.fail_stuck_ops_of(py, shared.key, End::Closed);
     lock(&engine.endpoints).remove(&shared.key);
     crate::am::forget(engine, shared.handle);
     shared.run_close_callback(py);
@@ -394,7 +412,7 @@ impl Endpoint {
         }
         self.engine.progress(py);
         if let Some(status) = self.failure() {
-            self.engine.fail_stuck_ops_of(py, self.shared.key, &format!("the peer failed ({status})"));
+            self.engine.fail_stuck_ops_of(py, self.shared.key, End::PeerFailed(status));
         }
     }
 

@@ -8,8 +8,8 @@
 //! thread with the GIL held and calls into Python with no lock held, so Python code it runs
 //! may submit operations or progress again.
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -18,9 +18,9 @@ use pyo3::types::{PyCFunction, PyTuple};
 use ucx_core::{AmMessage, Completion, ConnRequest, Owned, Status};
 
 use crate::buffer;
-use crate::errors::{self, Kind};
+use crate::errors::{self, End, Kind};
 use crate::request::Request;
-use crate::target::{py_true, Outcome, Target};
+use crate::target::{py_true, Outcome, Target, Undelivered};
 
 /// Spin rounds between two checks of the wakeup fd (see `Engine::spin_until`).
 const FD_CHECK_ROUNDS: u32 = 16;
@@ -91,6 +91,9 @@ struct Op {
     pending: Box<dyn Pending>,
     sink: Sink,
     meta: Meta,
+    /// Set when the operation was cancelled because its endpoint ended: its failure then
+    /// raises that end's exception, not UCX's `UCXCanceled`.
+    ended_by: Option<End>,
 }
 
 /// Where an operation's outcome goes.
@@ -102,14 +105,11 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    /// Whether nobody waits for the outcome any more (see `Target::is_abandoned`).
-    fn is_abandoned(&self, py: Python<'_>) -> bool {
-        matches!(self, Sink::Target(t) if t.is_abandoned(py))
-    }
-
-    fn deliver(self, engine: &Engine, py: Python<'_>, outcome: Outcome) {
+    /// Delivers `outcome`; a received value whose future was cancelled meanwhile goes to
+    /// `undelivered`.
+    fn deliver(self, engine: &Engine, py: Python<'_>, outcome: Outcome, undelivered: Option<Undelivered>) {
         match self {
-            Sink::Target(t) => t.resolve(py, outcome),
+            Sink::Target(t) => t.resolve_or(py, outcome, undelivered),
             Sink::AmRoute(handle) => crate::am::route(engine, py, handle, outcome),
         }
     }
@@ -152,6 +152,9 @@ pub(crate) struct EpShared {
     /// Why we closed the endpoint ourselves, when it was not the caller's `close()`; later
     /// operations raise `UCXCloseError` with it.
     pub(crate) closed_because: Mutex<Option<&'static str>>,
+    /// Set when this side began closing (`Endpoint.close` telling the peer first): the reset
+    /// the peer answers with is our close, not a failure of the peer.
+    pub(crate) closing: AtomicBool,
     pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
 }
 
@@ -177,6 +180,9 @@ pub(crate) struct AmRouting {
 }
 
 pub(crate) struct Engine {
+    /// This engine, for callbacks that may outlive a call (an outcome handed to another
+    /// thread's loop).
+    me: Weak<Engine>,
     pub(crate) worker: ucx_core::Worker,
     /// Whether the context loaded a CUDA transport.
     pub(crate) cuda_support: bool,
@@ -195,8 +201,9 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(worker: ucx_core::Worker, cuda_support: bool) -> Engine {
-        Engine {
+    pub(crate) fn new(worker: ucx_core::Worker, cuda_support: bool) -> Arc<Engine> {
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
             worker,
             cuda_support,
             ops: Mutex::default(),
@@ -208,7 +215,12 @@ impl Engine {
             progress_hook: Mutex::default(),
 
             canceled_on_error: AtomicU64::new(0),
-        }
+        })
+    }
+
+    /// A handle on this engine that does not keep it alive.
+    pub(crate) fn weak(&self) -> Weak<Engine> {
+        self.me.clone()
     }
 
     pub(crate) fn next_key(&self) -> u64 {
@@ -304,7 +316,7 @@ impl Engine {
     pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, mut owned: Owned<B>, sink: Sink, meta: Meta) {
         let (id, finished) = self.first_poll(&mut owned);
         match finished {
-            Some(r) => sink.deliver(self, py, outcome(py, r, &meta)),
+            Some(r) => sink.deliver(self, py, outcome(py, r, &meta), None),
             None => self.keep(py, id, owned, sink, meta),
         }
     }
@@ -328,7 +340,7 @@ impl Engine {
         let finished_meanwhile = {
             let mut ops = lock(&self.ops);
             let complete = owned.is_complete();
-            ops.insert(id, Op { pending: Box::new(owned), sink, meta });
+            ops.insert(id, Op { pending: Box::new(owned), sink, meta, ended_by: None });
             complete
         };
         // Between the first poll and here the caller ran Python (making the future), which may
@@ -451,16 +463,26 @@ impl Engine {
         let waker = Waker::from(Arc::new(OpWaker { id, done: self.done.clone() }));
         match op.pending.poll(&mut TaskContext::from_waker(&waker)) {
             Poll::Ready(r) => {
-                // A message received for a future the caller cancelled meanwhile is lost to
-                // them: the endpoint it came on is closed, so the next receive fails clearly
-                // instead of silently getting the message after.
-                let lost_on =
-                    op.meta.ep.filter(|_| op.meta.expect_len.is_some() && r.is_ok() && op.sink.is_abandoned(py));
-                let out = outcome(py, r, &op.meta);
-                op.sink.deliver(self, py, out);
-                if let Some(key) = lost_on {
-                    self.close_for_lost_message(py, key);
-                }
+                // A message received for a future the caller cancelled meanwhile (here, or on
+                // its own loop before the hand-over ran) is lost to them: the endpoint it came
+                // on is closed, so the next receive fails clearly instead of silently getting
+                // the message after.
+                let undelivered = op.meta.ep.filter(|_| op.meta.expect_len.is_some()).map(|key| {
+                    let engine = self.weak();
+                    Box::new(move |py: Python<'_>, _: Py<PyAny>| {
+                        if let Some(engine) = engine.upgrade() {
+                            engine.close_for_lost_message(py, key);
+                        }
+                    }) as Undelivered
+                });
+                // An operation UCX itself failed while we were closing its endpoint (the peer
+                // answering our close with a reset) failed because of our close.
+                let ended_by = op.ended_by.or_else(|| op.meta.ep.filter(|k| self.is_closing(*k)).map(|_| End::Closed));
+                let out = match (ended_by, r) {
+                    (Some(end), Err(_)) => Err(end.error(py, format!("<{}>: {}", op.meta.name.render(), end.why()))),
+                    (_, r) => outcome(py, r, &op.meta),
+                };
+                op.sink.deliver(self, py, out, undelivered);
             }
             Poll::Pending => {
                 lock(&self.ops).insert(id, op);
@@ -470,10 +492,11 @@ impl Engine {
 
     /// Cancels every operation registered on endpoint `key`. Their futures fail with
     /// `UCXCanceled` once UCX reports the cancellation (a drain later). Returns how many.
-    pub(crate) fn cancel_ops_of(&self, key: u64) -> u64 {
-        let ops = lock(&self.ops);
+    pub(crate) fn cancel_ops_of(&self, key: u64, end: End) -> u64 {
+        let mut ops = lock(&self.ops);
         let mut n = 0;
-        for op in ops.values().filter(|op| op.meta.ep == Some(key)) {
+        for op in ops.values_mut().filter(|op| op.meta.ep == Some(key)) {
+            op.ended_by.get_or_insert(end);
             op.pending.cancel();
             n += 1;
         }
@@ -486,10 +509,10 @@ impl Engine {
         let shared = lock(&self.endpoints).get(&key).cloned();
         let Some(shared) = shared else { return };
         lock(&shared.failure).get_or_insert(status);
-        let n = self.cancel_ops_of(key);
-        self.fail_stuck_ops_of(py, key, &format!("the peer failed ({status})"));
-        let waiting =
-            crate::am::fail_waiting(self, py, shared.handle, "While waiting for am_recv the endpoint was closed");
+        let end = if shared.closing.load(Ordering::Acquire) { End::Closed } else { End::PeerFailed(status) };
+        let n = self.cancel_ops_of(key, end);
+        self.fail_stuck_ops_of(py, key, end);
+        let waiting = crate::am::fail_waiting(self, py, shared.handle, end);
         self.canceled_on_error.fetch_add(n + waiting as u64, Ordering::Relaxed);
         shared.run_close_callback(py);
     }
@@ -500,7 +523,7 @@ impl Engine {
     /// message whose sender died, or whose endpoint we closed) never completes: its task hung.
     /// Each is failed now; its buffer stays with UCX (the `Owned` is let go), which is sound
     /// whatever UCX does later.
-    pub(crate) fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, why: &str) {
+    pub(crate) fn fail_stuck_ops_of(&self, py: Python<'_>, key: u64, end: End) {
         let stuck: Vec<Op> = {
             let mut ops = lock(&self.ops);
             let ids: Vec<u64> = ops
@@ -511,9 +534,14 @@ impl Engine {
             ids.into_iter().filter_map(|id| ops.remove(&id)).collect()
         };
         for op in stuck {
-            let msg = format!("<{}>: {why} before UCX finished this", op.meta.name.render());
-            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, msg)));
+            let msg = format!("<{}>: {} before UCX finished this", op.meta.name.render(), end.why());
+            op.sink.deliver(self, py, Err(end.error(py, msg)), None);
         }
+    }
+
+    /// Whether this side began closing endpoint `key`.
+    fn is_closing(&self, key: u64) -> bool {
+        lock(&self.endpoints).get(&key).is_some_and(|s| s.closing.load(Ordering::Acquire))
     }
 
     /// Whether a completion or event is waiting to be delivered.
@@ -560,7 +588,7 @@ impl Engine {
         // What UCX would not cancel is dropped: its buffer stays alive until UCX lets go.
         let rest = std::mem::take(&mut *lock(&self.ops));
         for (_, op) in rest {
-            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")));
+            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")), None);
         }
     }
 }

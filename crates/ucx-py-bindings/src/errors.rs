@@ -7,14 +7,16 @@ use ucx_core::Status;
 
 static MODULE: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
 
-/// The exception classes UCX-Py raised.
+/// The exception classes: UCX-Py's, and ours for the two ways an endpoint ends.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Kind {
+    /// The peer failed (`UCXPeerFailure`).
+    PeerFailure,
+    /// This side closed the endpoint (`UCXEndpointClosed`).
+    EndpointClosed,
     Error,
     ConfigError,
-    CloseError,
     Canceled,
-    ConnectionReset,
     MsgTruncated,
     NotConnected,
     Unreachable,
@@ -23,15 +25,44 @@ pub(crate) enum Kind {
 impl Kind {
     fn class_name(self) -> &'static str {
         match self {
+            Kind::PeerFailure => "UCXPeerFailure",
+            Kind::EndpointClosed => "UCXEndpointClosed",
             Kind::Error => "UCXError",
             Kind::ConfigError => "UCXConfigError",
-            Kind::CloseError => "UCXCloseError",
             Kind::Canceled => "UCXCanceled",
-            Kind::ConnectionReset => "UCXConnectionReset",
             Kind::MsgTruncated => "UCXMsgTruncated",
             Kind::NotConnected => "UCXNotConnected",
             Kind::Unreachable => "UCXUnreachable",
         }
+    }
+}
+
+/// How an endpoint ended, for the operations that end fails: each cause has its class.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    /// UCX reported the peer failed with this status.
+    PeerFailed(Status),
+    /// This side closed or aborted the endpoint.
+    Closed,
+}
+
+impl End {
+    /// What happened, for messages: "the peer failed (...)" or "the endpoint was closed".
+    pub(crate) fn why(self) -> String {
+        match self {
+            End::PeerFailed(status) => format!("the peer failed ({status})"),
+            End::Closed => "the endpoint was closed".to_string(),
+        }
+    }
+
+    /// The exception for an operation this end failed: `UCXPeerFailure` or
+    /// `UCXEndpointClosed`, with `msg`.
+    pub(crate) fn error(self, py: Python<'_>, msg: impl Into<String>) -> PyErr {
+        let kind = match self {
+            End::PeerFailed(_) => Kind::PeerFailure,
+            End::Closed => Kind::EndpointClosed,
+        };
+        new(py, kind, msg)
     }
 }
 
@@ -51,10 +82,12 @@ pub(crate) fn new(py: Python<'_>, kind: Kind, msg: impl Into<String>) -> PyErr {
 }
 
 /// How a finished operation failed, as UCX-Py reported it: `"<{name}>: {status text}"`, with
-/// cancellation as `UCXCanceled` and, for stream receives, the connection statuses named.
+/// cancellation as `UCXCanceled`, the statuses of a failed peer as `UCXPeerFailure` and, for
+/// stream receives, the connection statuses named.
 pub(crate) fn from_status(py: Python<'_>, name: &str, status: Status, stream_recv: bool) -> PyErr {
     match status {
         Status::Canceled => new(py, Kind::Canceled, format!("<{name}>: ")),
+        Status::ConnectionReset | Status::EndpointTimeout => new(py, Kind::PeerFailure, format!("<{name}>: {status}")),
         Status::NotConnected if stream_recv => new(py, Kind::NotConnected, format!("<{name}>: {status}")),
         Status::Unreachable if stream_recv => new(py, Kind::Unreachable, format!("<{name}>: {status}")),
         _ => new(py, Kind::Error, format!("<{name}>: {status}")),

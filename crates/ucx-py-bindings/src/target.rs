@@ -1,16 +1,26 @@
 //! Where a finished operation's outcome goes: an asyncio future, or a plain callback (the
 //! low-level `ucx_api` convention). Futures are resolved in place when the thread that
 //! progressed the worker runs the future's loop, and through `call_soon_threadsafe` otherwise,
-//! so several threads and event loops can share one worker.
+//! so several threads and event loops can share one worker. A received value whose future was
+//! cancelled before the value reached it goes to the caller's `Undelivered` handler, so no
+//! message vanishes silently.
+use std::sync::{Arc, Mutex};
+
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyCFunction, PyTuple};
+
+use crate::engine::lock;
 
 static GET_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static PEEK_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
 /// The outcome a target receives: a value or an exception.
 pub(crate) type Outcome = Result<Py<PyAny>, PyErr>;
+
+/// What to do with a value whose future was cancelled before the value reached it (a received
+/// message nobody will see): put it back, or close the endpoint it came on.
+pub(crate) type Undelivered = Box<dyn FnOnce(Python<'_>, Py<PyAny>) + Send>;
 
 pub(crate) enum Target {
     /// An asyncio future of `event_loop`.
@@ -55,12 +65,19 @@ impl Target {
     /// Delivers `outcome`. Errors raised by the receiver (a closed loop, a callback that
     /// raises) are reported as unraisable: nobody is waiting to catch them here.
     pub(crate) fn resolve(self, py: Python<'_>, outcome: Outcome) {
+        self.resolve_or(py, outcome, None);
+    }
+
+    /// [`Target::resolve`], handing a value to `undelivered` if its future turns out to be
+    /// cancelled when the value arrives. From another thread that is known only once the
+    /// future's loop runs the hand-over, after this returns.
+    pub(crate) fn resolve_or(self, py: Python<'_>, outcome: Outcome, undelivered: Option<Undelivered>) {
         let res = match self {
             Target::Callback(cb) => {
                 let (value, exc) = split(py, outcome);
                 cb.bind(py).call1((value, exc)).map(drop)
             }
-            Target::Future { fut, event_loop } => resolve_future(py, fut, event_loop, outcome),
+            Target::Future { fut, event_loop } => resolve_future(py, fut, event_loop, outcome, undelivered),
         };
         if let Err(e) = res {
             e.write_unraisable(py, None);
@@ -75,30 +92,56 @@ fn split(py: Python<'_>, outcome: Outcome) -> (Py<PyAny>, Py<PyAny>) {
     }
 }
 
-fn resolve_future(py: Python<'_>, fut: Py<PyAny>, event_loop: Py<PyAny>, outcome: Outcome) -> PyResult<()> {
+fn resolve_future(
+    py: Python<'_>,
+    fut: Py<PyAny>,
+    event_loop: Py<PyAny>,
+    outcome: Outcome,
+    undelivered: Option<Undelivered>,
+) -> PyResult<()> {
     let peek = PEEK_RUNNING_LOOP
         .get_or_try_init(py, || py.import("asyncio").and_then(|m| m.getattr("_get_running_loop")).map(Bound::unbind))?;
     let running = peek.bind(py).call0()?;
     let (value, exc) = split(py, outcome);
     if running.is(event_loop.bind(py)) {
-        set(fut.bind(py), value.bind(py), exc.bind(py))
+        set_or(fut.bind(py), value.bind(py), exc.bind(py), undelivered)
     } else {
-        // Another thread's loop: hand the result over; ignore a loop that has closed.
-        let setter = PyCFunction::new_closure(py, None, None, |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
-            set(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?)
+        // Another thread's loop: hand the result over; ignore a loop that has closed. The
+        // caller may cancel the future before its loop runs the hand-over.
+        let undelivered = Arc::new(Mutex::new(undelivered));
+        let for_setter = undelivered.clone();
+        let setter = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
+            let undelivered = lock(&for_setter).take();
+            set_or(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?, undelivered)
         })?;
+        let (value_, exc_) = (value.clone_ref(py), exc.clone_ref(py));
         match event_loop.bind(py).call_method1("call_soon_threadsafe", (setter, fut, value, exc)) {
             Ok(_) => Ok(()),
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) => Ok(()),
+            // The loop has closed: nobody will take the value.
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) => {
+                if let Some(undelivered) = lock(&undelivered).take().filter(|_| exc_.is_none(py)) {
+                    undelivered(py, value_);
+                }
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
 }
 
-/// Sets a future's result or exception unless it is already done (e.g. canceled).
-fn set(fut: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, exc: &Bound<'_, PyAny>) -> PyResult<()> {
+/// Sets a future's result or exception unless it is already done (cancelled); a value that
+/// finds it done goes to `undelivered`.
+fn set_or(
+    fut: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    exc: &Bound<'_, PyAny>,
+    undelivered: Option<Undelivered>,
+) -> PyResult<()> {
     let py = fut.py();
     if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
+        if let Some(undelivered) = undelivered.filter(|_| exc.is_none()) {
+            undelivered(py, value.clone().unbind());
+        }
         return Ok(());
     }
     if exc.is_none() {

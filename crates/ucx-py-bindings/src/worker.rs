@@ -32,7 +32,7 @@ impl Worker {
     #[new]
     fn new(py: Python<'_>, context: &Context) -> PyResult<Worker> {
         let worker = ucx_core::Worker::new(&context.inner).map_err(|e| errors::from_core(py, &e))?;
-        let engine = Arc::new(Engine::new(worker, context.cuda_support()));
+        let engine = Engine::new(worker, context.cuda_support());
         if context.inner.features().contains(Features::AM) {
             let events = engine.events.clone();
             engine

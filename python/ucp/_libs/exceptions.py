@@ -3,6 +3,18 @@
 Only `UCXConfigError` derives from `UCXError`; cancellations, resets, close and
 truncation errors derive from `UCXBaseException` alone, so code that catches
 `UCXError` (e.g. `Endpoint.close`) does not swallow them. Users rely on this.
+
+Two classes are ours, one per cause of an endpoint's end, raised by every operation that
+the end fails (pending at that moment or started after):
+- `UCXPeerFailure`: the peer failed (its process ended, the connection was reset, keepalive
+  timed out).
+- `UCXEndpointClosed`: this side closed or aborted the endpoint (also when the peer's close
+  message asked it to).
+A caller's own cancel (task cancel, `asyncio.wait_for` timeout) raises
+`asyncio.CancelledError`, as anywhere in asyncio; `UCXCanceled` alone means UCX cancelled an
+operation for another reason (`cancel_inflight_messages`, the worker going away). Each of
+ours is also an instance of every class UCX-Py raised in its situation, so handlers written
+for UCX-Py keep working.
 """
 import contextlib
 import logging
@@ -18,6 +30,8 @@ __all__ = [
     "UCXMsgTruncated",
     "UCXNotConnected",
     "UCXUnreachable",
+    "UCXPeerFailure",
+    "UCXEndpointClosed",
     "log_errors",
 ]
 
@@ -73,3 +87,15 @@ class UCXNotConnected(UCXBaseException):
 
 class UCXUnreachable(UCXBaseException):
     pass
+
+
+class UCXPeerFailure(UCXConnectionReset, UCXCanceled, UCXError):
+    """The peer failed: its process ended, the connection was reset or keepalive timed out.
+    UCX-Py raised ``UCXCanceled`` for receives pending at that moment, ``UCXError`` (with
+    UCX's status text) for operations after, and ``UCXConnectionReset`` for some."""
+
+
+class UCXEndpointClosed(UCXCloseError, UCXCanceled, AttributeError):
+    """This side closed or aborted the endpoint. UCX-Py raised ``UCXCanceled`` for operations
+    pending at the close, ``UCXCloseError`` for some after it, and ``AttributeError``
+    (``'NoneType' object has no attribute ...``) for the rest."""
