@@ -1,6 +1,7 @@
 //! ucx-async's error: each variant names a cause a caller may act on differently (this side
 //! closed the endpoint, the peer closed it, the peer failed, the handshake timed out, the peer
-//! broke the protocol), and everything else UCX reports passes through as [`Error::Ucx`].
+//! broke the protocol, one rail of a group failed), and everything else UCX reports passes
+//! through as [`Error::Ucx`].
 use std::fmt;
 use std::time::Duration;
 
@@ -65,6 +66,13 @@ pub enum Error {
         /// What was wrong.
         detail: String,
     },
+    /// One rail of a [`crate::multirail::RailGroup`] failed (the group is aborted).
+    Rail {
+        /// Which rail, from 0.
+        rail: usize,
+        /// What failed on it.
+        error: Box<Error>,
+    },
     /// An error UCX (or ucx-core) reported.
     Ucx(ucx_core::Error),
 }
@@ -83,6 +91,7 @@ impl Error {
             Error::HandshakeTimeout { .. } => Status::TimedOut,
             Error::Protocol { .. } | Error::NoTags { .. } | Error::InvalidArgument { .. } => Status::InvalidParam,
             Error::NoAllocator { .. } => Status::Unsupported,
+            Error::Rail { error, .. } => error.status(),
             Error::Ucx(e) => e.status(),
         }
     }
@@ -90,7 +99,10 @@ impl Error {
     /// Whether the endpoint is gone (closed by either side, or its peer failed): retrying on
     /// it is pointless.
     pub fn is_disconnect(&self) -> bool {
-        matches!(self, Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. })
+        match self {
+            Error::Rail { error, .. } => error.is_disconnect(),
+            e => matches!(e, Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. }),
+        }
     }
 }
 
@@ -110,6 +122,7 @@ impl fmt::Display for Error {
             }
             Error::ListenerClosed => write!(f, "Listener::accept: the listener is closed"),
             Error::InvalidArgument { op, detail } => write!(f, "{op}: {detail}"),
+            Error::Rail { rail, error } => write!(f, "rail {rail}: {error}"),
             Error::Ucx(e) => e.fmt(f),
         }
     }
@@ -119,6 +132,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Ucx(e) => Some(e),
+            Error::Rail { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

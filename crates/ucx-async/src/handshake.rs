@@ -28,7 +28,7 @@ pub struct Tags {
 }
 
 /// A fresh random tag (not cryptographic; 64 bits keep endpoints apart, as in UCX-Py).
-fn random_tag() -> u64 {
+pub(crate) fn random_tag() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     h.finish()

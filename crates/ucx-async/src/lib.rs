@@ -11,6 +11,8 @@
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
 //! - [`collective`]: [`Communicator`] over N ranks (bootstrap, messages by rank, `barrier`,
 //!   `allgather`, `alltoallv`) and [`Launch`], the launcher's variables.
+//! - [`multirail`]: [`RailGroup`], one connection over several endpoints (rails, each on its
+//!   own worker and devices), and [`Split`], how a message is cut over them (shares, stages).
 //! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
 //!   handshake timeout, protocol violation, or UCX's own error); [`Result`].
 //!
@@ -25,6 +27,7 @@ mod error;
 mod handshake;
 mod listener;
 mod liveness;
+pub mod multirail;
 mod op;
 mod reactor;
 mod worker;
@@ -35,6 +38,7 @@ pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Result};
 pub use handshake::Tags;
 pub use listener::{Incoming, Listener};
+pub use multirail::{RailGroup, Split};
 pub use reactor::ProgressMode;
 pub use ucx_core as core;
 pub use ucx_core::wire::Flavour;

@@ -7,7 +7,7 @@
 mod fuzz;
 use fuzz::{cases, Rng};
 use ucx_core::wire::{
-    am_header, bootstrap, ctrl::CtrlMsg, detect, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN,
+    am_header, bootstrap, ctrl::CtrlMsg, detect, multirail, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN,
 };
 
 #[test]
@@ -52,6 +52,22 @@ fn decoders_never_panic_and_round_trip() {
         t[i] = rng.next() as u8;
         if let Ok(table) = bootstrap::decode_table(&t) {
             assert_eq!(bootstrap::encode_table(&table), t);
+        }
+        // Multi-rail: random hellos and headers, and a valid header with one byte changed.
+        let b = rng.bytes(multirail::HELLO_LEN);
+        if let Ok(h) = multirail::Hello::decode(&b) {
+            assert_eq!(&h.encode()[..], &b[..]);
+        }
+        let _ = multirail::Header::decode(&rng.bytes(40));
+        let (rails, stages) = (1 + rng.next() as u16 % 4, 1 + rng.next() as u16 % 4);
+        let chunks: Vec<u64> = (0..rails * stages).map(|_| rng.next() % 1000).collect();
+        let header = multirail::Header { total: chunks.iter().sum(), rails, stages, chunks };
+        let mut h = header.encode();
+        let i = rng.next() as usize % h.len();
+        h[i] = rng.next() as u8;
+        if let Ok(d) = multirail::Header::decode(&h) {
+            assert_eq!(d.encode(), h);
+            assert_eq!(d.chunks.iter().sum::<u64>(), d.total);
         }
     }
     // Random bytes of the right size carry no valid checksum: those decoders refuse them; the

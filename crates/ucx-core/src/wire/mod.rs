@@ -19,6 +19,7 @@
 //! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
 //! | our communicator's hello and address table | varies | see the module | [`bootstrap`] |
 //! | our communicator's tags (user tag, source rank, batch) | 8 (a tag) | see the module | [`collective_tag`] |
+//! | our multi-rail hello and message header, and part tags | 18; varies | see the module | [`multirail`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -35,6 +36,7 @@ pub mod bootstrap;
 pub mod collective_tag;
 pub mod ctrl;
 pub mod handshake;
+pub mod multirail;
 pub mod obj_len;
 pub mod worker_address;
 

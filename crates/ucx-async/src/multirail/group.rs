@@ -1,0 +1,287 @@
+//! [`RailGroup`]: one logical connection made of several endpoints (rails), each usually on
+//! its own worker and UCX context (its own devices); a message is split over them and
+//! reassembled in place on the receiving side.
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures_util::future::{join_all, try_join_all};
+use futures_util::TryFutureExt;
+use ucx_core::wire::multirail::{part_tag, Header, Hello, HELLO_LEN};
+
+use super::Split;
+use crate::handshake::random_tag;
+use crate::{Endpoint, Error, Listener, Result, Worker, DEFAULT_CONNECT_TIMEOUT};
+
+const FULL_MASK: u64 = u64::MAX;
+
+/// Several endpoints to one peer used as one: [`RailGroup::send`] splits a message over the
+/// rails (by a [`Split`]: shares and pipeline stages), [`RailGroup::recv`] receives each
+/// chunk straight into its place in the caller's buffer.
+///
+/// Messages are matched in order: the n-th `recv` gets the peer's n-th `send`. A failure on
+/// any rail, or a send or receive dropped before it finished, aborts every rail: a message
+/// cut short would otherwise leave its other chunks to be taken for the next one. Every
+/// pending and later operation then fails (`Error::Rail` names the rail that failed first).
+/// A send fails as soon as one rail does; a receive waits until each of its chunks has
+/// finished or failed (a chunk UCX is writing into the caller's buffer cannot be abandoned),
+/// which the sender's abort brings about promptly. Dropping a receive midway likewise waits
+/// for the chunks UCX has started writing, as a dropped `Endpoint::recv` does.
+pub struct RailGroup {
+    rails: Vec<Endpoint>,
+    /// Per rail, the tags its parts are sent on and received on (the endpoint's own).
+    tags: Vec<(u64, u64)>,
+    sent: AtomicU64,
+    received: AtomicU64,
+    broken: AtomicBool,
+}
+
+impl RailGroup {
+    /// Connects rail `i` from `rails[i].0` (a worker, usually with its own context and
+    /// devices) to the listener at `rails[i].1`, all rails at once, and introduces each rail
+    /// to the accepting side ([`RailGroup::accept`]).
+    pub async fn connect(rails: &[(&Worker, SocketAddr)]) -> Result<RailGroup> {
+        let n = rail_count(rails.len())?;
+        let group = random_tag();
+        let endpoints = try_join_all(rails.iter().enumerate().map(|(i, (worker, addr))| {
+            async move {
+                let ep = Endpoint::connect(worker, *addr).await?;
+                ep.send(&Hello { group, rail: i as u16, rails: n }.encode()[..]).await?;
+                Ok(ep)
+            }
+            .map_err(move |e| rail_error(i, e))
+        }))
+        .await?;
+        RailGroup::from_endpoints(endpoints)
+    }
+
+    /// Accepts one group: a connection on each listener (rail `i` on `listeners[i]`, all at
+    /// once), each introducing itself as rail `i` of the same group. A connection that does
+    /// not is refused with [`Error::Protocol`].
+    pub async fn accept(listeners: &[Listener]) -> Result<RailGroup> {
+        let n = rail_count(listeners.len())?;
+        let accepted = try_join_all(listeners.iter().enumerate().map(|(i, listener)| async move {
+            let ep = listener.accept().await.map_err(|e| rail_error(i, e))?;
+            let mut hello = [0u8; HELLO_LEN];
+            match tokio::time::timeout(DEFAULT_CONNECT_TIMEOUT, ep.recv(&mut hello[..])).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(rail_error(i, e)),
+                Err(_) => {
+                    ep.abort();
+                    return Err(protocol(format!("rail {i}: no hello within {DEFAULT_CONNECT_TIMEOUT:?}")));
+                }
+            }
+            let hello = Hello::decode(&hello).map_err(|e| protocol(format!("rail {i}: {e}")))?;
+            if usize::from(hello.rail) != i || hello.rails != n {
+                ep.abort();
+                return Err(protocol(format!(
+                    "rail {i}: the connection says it is rail {} of {}, expected rail {i} of {n}",
+                    hello.rail, hello.rails
+                )));
+            }
+            Ok((ep, hello.group))
+        }))
+        .await?;
+        let group = accepted[0].1;
+        if let Some(i) = accepted.iter().position(|(_, g)| *g != group) {
+            for (ep, _) in &accepted {
+                ep.abort();
+            }
+            return Err(protocol(format!(
+                "rail {i} belongs to group {:#x}, rail 0 to group {group:#x}",
+                accepted[i].1
+            )));
+        }
+        RailGroup::from_endpoints(accepted.into_iter().map(|(ep, _)| ep).collect())
+    }
+
+    /// A group over endpoints that are already connected, in the same rail order on both
+    /// sides (each with its own tags: made by a listener or `Endpoint::connect`).
+    pub fn from_endpoints(rails: Vec<Endpoint>) -> Result<RailGroup> {
+        rail_count(rails.len())?;
+        let tags = rails
+            .iter()
+            .enumerate()
+            .map(|(i, ep)| {
+                ep.tags().map(|t| (t.msg_send, t.msg_recv)).ok_or_else(|| Error::InvalidArgument {
+                    op: "RailGroup::from_endpoints",
+                    detail: format!("rail {i} was made from a worker address and has no tags of its own"),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RailGroup {
+            rails,
+            tags,
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            broken: AtomicBool::new(false),
+        })
+    }
+
+    /// The rails, in order.
+    pub fn rails(&self) -> &[Endpoint] {
+        &self.rails
+    }
+
+    /// Sends `buf` split by `split` (which must have as many rails as the group): a header
+    /// on rail 0 announcing the chunks, and every chunk at once, each on its rail.
+    pub async fn send(&self, buf: &[u8], split: &Split) -> Result<()> {
+        const OP: &str = "RailGroup::send";
+        self.check(OP, split.rails())?;
+        let message = self.sent.fetch_add(1, Ordering::Relaxed);
+        let chunks = split.chunks(buf.len() as u64);
+        let (rails, stages) = (self.rails.len() as u16, split.stage_count() as u16);
+        let header = Header { total: buf.len() as u64, rails, stages, chunks: chunks.clone() }.encode();
+        let guard = AbortOnDrop(self);
+        let mut parts = Vec::with_capacity(1 + self.rails.len() * split.stage_count());
+        parts.push(self.send_part(0, &header, message, 0));
+        let mut at = 0usize;
+        for (i, len) in chunks.into_iter().enumerate() {
+            let len = len as usize;
+            let (rail, stage) = (i / split.stage_count(), i % split.stage_count());
+            if len > 0 {
+                parts.push(self.send_part(rail, &buf[at..at + len], message, stage as u16 + 1));
+            }
+            at += len;
+        }
+        let done = try_join_all(parts).await.map(drop);
+        guard.settle(done)
+    }
+
+    /// Receives the next message into the start of `buf`, each chunk straight into its place.
+    /// Returns its length. A message longer than `buf` is refused and the group aborted.
+    pub async fn recv(&self, buf: &mut [u8]) -> Result<usize> {
+        const OP: &str = "RailGroup::recv";
+        self.check(OP, self.rails.len())?;
+        let message = self.received.fetch_add(1, Ordering::Relaxed);
+        let guard = AbortOnDrop(self);
+        let header = match self.recv_header(message, buf.len()).await {
+            Ok(h) => h,
+            Err(e) => return guard.settle(Err(e)),
+        };
+        let stages = usize::from(header.stages);
+        let mut parts = Vec::with_capacity(header.chunks.len());
+        let mut rest = &mut buf[..header.total as usize];
+        for (i, &len) in header.chunks.iter().enumerate() {
+            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+            rest = tail;
+            if len > 0 {
+                parts.push(self.recv_part(i / stages, chunk, message, (i % stages) as u16 + 1));
+            }
+        }
+        // Every chunk settles before the group is aborted on a failure: a receive dropped
+        // while UCX is writing into it waits for that write (the borrowed buffer), and a
+        // healthy rail's chunk finishes, or fails once the sender aborts its rails.
+        let done = join_all(parts).await.into_iter().collect::<Result<Vec<()>>>().map(|_| header.total as usize);
+        guard.settle(done)
+    }
+
+    /// Closes every rail (each tells its peer, as `Endpoint::close` does).
+    pub async fn close(&self) -> Result<()> {
+        self.broken.store(true, Ordering::Release);
+        let mut first = Ok(());
+        for (i, ep) in self.rails.iter().enumerate() {
+            if let Err(e) = ep.close().await {
+                first = first.and(Err(rail_error(i, e)));
+            }
+        }
+        first
+    }
+
+    /// Aborts every rail at once.
+    pub fn abort(&self) {
+        self.broken.store(true, Ordering::Release);
+        for ep in &self.rails {
+            ep.abort();
+        }
+    }
+
+    fn check(&self, op: &'static str, split_rails: usize) -> Result<()> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::Closed { op });
+        }
+        if split_rails != self.rails.len() {
+            return Err(Error::InvalidArgument {
+                op,
+                detail: format!("the split has {split_rails} rails, the group {}", self.rails.len()),
+            });
+        }
+        Ok(())
+    }
+
+    async fn send_part(&self, rail: usize, bytes: &[u8], message: u64, part: u16) -> Result<()> {
+        let tag = part_tag(self.tags[rail].0, message, part);
+        self.rails[rail].send_tag(bytes, tag).await.map_err(|e| rail_error(rail, e))
+    }
+
+    async fn recv_part(&self, rail: usize, chunk: &mut [u8], message: u64, part: u16) -> Result<()> {
+        let tag = part_tag(self.tags[rail].1, message, part);
+        let got = self.rails[rail].recv_tag(chunk, tag, FULL_MASK).await.map_err(|e| rail_error(rail, e))?;
+        if got != chunk.len() {
+            return Err(protocol(format!(
+                "rail {rail}: a chunk of {got} bytes where the header announced {}",
+                chunk.len()
+            )));
+        }
+        Ok(())
+    }
+
+    async fn recv_header(&self, message: u64, room: usize) -> Result<Header> {
+        let stages = ucx_core::wire::multirail::MAX_STAGES;
+        let mut bytes = vec![0u8; Header::len_for(self.rails.len() as u16, stages)];
+        let tag = part_tag(self.tags[0].1, message, 0);
+        let got = self.rails[0].recv_tag(&mut bytes[..], tag, FULL_MASK).await.map_err(|e| rail_error(0, e))?;
+        let header = Header::decode(&bytes[..got]).map_err(|e| protocol(e.to_string()))?;
+        if usize::from(header.rails) != self.rails.len() {
+            return Err(protocol(format!(
+                "a message split over {} rails, the group has {}",
+                header.rails,
+                self.rails.len()
+            )));
+        }
+        if header.total > room as u64 {
+            return Err(Error::InvalidArgument {
+                op: "RailGroup::recv",
+                detail: format!("a message of {} bytes does not fit the {room}-byte buffer", header.total),
+            });
+        }
+        Ok(header)
+    }
+}
+
+/// Aborts the group unless the operation settles: dropped midway (or failed), its message's
+/// other chunks would be read as the next message's.
+struct AbortOnDrop<'a>(&'a RailGroup);
+
+impl AbortOnDrop<'_> {
+    fn settle<T>(self, r: Result<T>) -> Result<T> {
+        if r.is_ok() {
+            std::mem::forget(self);
+        }
+        r
+    }
+}
+
+impl Drop for AbortOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn rail_count(n: usize) -> Result<u16> {
+    let max = ucx_core::wire::multirail::MAX_RAILS;
+    u16::try_from(n)
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| Error::InvalidArgument { op: "RailGroup", detail: format!("{n} rails: a group has 1 to {max}") })
+}
+
+fn rail_error(rail: usize, error: Error) -> Error {
+    match error {
+        Error::Rail { .. } => error,
+        error => Error::Rail { rail, error: Box::new(error) },
+    }
+}
+
+fn protocol(detail: String) -> Error {
+    Error::Protocol { op: "RailGroup", detail }
+}

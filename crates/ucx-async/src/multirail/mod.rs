@@ -1,0 +1,18 @@
+//! Multi-rail: one message split over several endpoints to the same peer (rails), each
+//! usually on its own worker and UCX context so that it can use its own devices
+//! (`UCX_NET_DEVICES`, `UCX_TLS`). On a node with several NICs, a rail per NIC adds their
+//! bandwidth; UCX's own multi-rail (`UCX_MAX_RNDV_RAILS`) does this inside one endpoint, for
+//! the lanes one context can see.
+//!
+//! - `split`: [`Split`], each rail's share (even, by the seed's ratio, by weights) and the
+//!   number of pipeline stages (chunks in flight per rail). Pure arithmetic.
+//! - `group`: [`RailGroup`]: connect and accept (each rail says which group and rail it is),
+//!   send (a header on rail 0, then every chunk at once), receive (each chunk straight into
+//!   its place in the caller's buffer), abort on any rail's failure.
+//!
+//! The bytes (hello, header, part tags) live in `ucx_core::wire::multirail`.
+mod group;
+mod split;
+
+pub use group::RailGroup;
+pub use split::Split;

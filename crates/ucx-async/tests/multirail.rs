@@ -1,0 +1,252 @@
+//! Multi-rail over real UCX on 127.0.0.1, each rail on its own context and worker (as rails
+//! on different devices would be), the two sides on their own threads and runtimes (as two
+//! processes would be: one side blocked must not stall the other): every size from 0 B to
+//! 16 MiB (256 MiB with `UCX_MULTIRAIL_LONG=1`) at every rail count, ratio and stage count
+//! of the sweep arrives intact; bad splits and mismatched rails are refused; a failed rail
+//! fails the message on both sides without a hang; a dropped receive aborts the group.
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ucx_async::core::Context;
+use ucx_async::{Error, Listener, ProgressMode, RailGroup, Split, Worker};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One context and worker per rail (distinct contexts, as per-NIC rails have).
+fn workers(rails: usize) -> Vec<Worker> {
+    (0..rails)
+        .map(|_| {
+            let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+            Worker::new(&ctx, ProgressMode::Event).unwrap()
+        })
+        .collect()
+}
+
+/// Runs `accepting(group)` on a thread and runtime of its own, with `rails` listeners, and
+/// `connecting(group)` here once connected to them; returns both results.
+async fn run<A, AF, C, CF, TA, TC>(rails: usize, accepting: A, connecting: C) -> (TA, TC)
+where
+    A: FnOnce(Result<RailGroup, Error>) -> AF + Send + 'static,
+    AF: Future<Output = TA>,
+    TA: Send + 'static,
+    C: FnOnce(Result<RailGroup, Error>) -> CF,
+    CF: Future<Output = TC>,
+{
+    run_with(rails, |addrs| addrs, accepting, connecting).await
+}
+
+/// [`run`], the connecting side dialling `route(listener addresses)` instead.
+async fn run_with<A, AF, C, CF, TA, TC>(
+    rails: usize,
+    route: impl FnOnce(Vec<SocketAddr>) -> Vec<SocketAddr>,
+    accepting: A,
+    connecting: C,
+) -> (TA, TC)
+where
+    A: FnOnce(Result<RailGroup, Error>) -> AF + Send + 'static,
+    AF: Future<Output = TA>,
+    TA: Send + 'static,
+    C: FnOnce(Result<RailGroup, Error>) -> CF,
+    CF: Future<Output = TC>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let ws = workers(rails);
+            let listeners: Vec<Listener> =
+                ws.iter().map(|w| Listener::bind(w, "127.0.0.1:0".parse().unwrap()).unwrap()).collect();
+            tx.send(listeners.iter().map(Listener::local_addr).collect::<Vec<_>>()).unwrap();
+            let group = RailGroup::accept(&listeners).await;
+            tokio::time::timeout(LIMIT, accepting(group)).await.expect("the accepting side finishes")
+        })
+    });
+    let addrs = route(rx.recv().unwrap());
+    let ws = workers(rails);
+    let dial: Vec<_> = ws.iter().zip(addrs).collect();
+    let group = RailGroup::connect(&dial).await;
+    let mine = tokio::time::timeout(LIMIT, connecting(group)).await.expect("the connecting side finishes");
+    let theirs = tokio::task::spawn_blocking(move || server.join()).await.unwrap().expect("no panic on the other side");
+    (theirs, mine)
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| ((i as u64).wrapping_mul(31) ^ seed ^ (i as u64 >> 12)) as u8).collect()
+}
+
+/// Receives one message and checks it is `expected`, and that nothing was written past it.
+async fn expect(group: &RailGroup, expected: &[u8]) {
+    let mut got = vec![0xeeu8; expected.len() + 3];
+    assert_eq!(group.recv(&mut got).await.unwrap(), expected.len());
+    assert!(got[..expected.len()] == *expected, "bytes differ at {} bytes", expected.len());
+    assert_eq!(&got[expected.len()..], &[0xee; 3], "written past the message");
+}
+
+/// The sweep: (rails, split, message size, seed), in the order both sides walk it.
+fn sweep(rails: usize) -> Vec<(Split, usize, u64)> {
+    let mut sizes = vec![0usize, 1, 7, 4096, 65_537, 1 << 20, 16 << 20];
+    if std::env::var_os("UCX_MULTIRAIL_LONG").is_some() {
+        sizes.push(256 << 20);
+    }
+    let ratios: &[f64] = if rails == 1 { &[0.0] } else { &[0.0, 0.5, 0.75, 1.0] };
+    let mut out = Vec::new();
+    for &ratio in ratios {
+        for stages in [1usize, 3] {
+            for &size in &sizes {
+                out.push((Split::ratio(rails, ratio).unwrap().stages(stages).unwrap(), size, out.len() as u64));
+            }
+        }
+    }
+    // Uneven weights too.
+    out.push((Split::weights((1..=rails).map(|w| w as f64).collect()).unwrap().stages(2).unwrap(), 3 << 20, 99));
+    out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_size_ratio_and_stage_count_arrives_intact() {
+    for rails in [1usize, 2, 4] {
+        let (n, ()) = run(
+            rails,
+            move |g| async move {
+                let g = g.unwrap();
+                for (_, size, seed) in sweep(rails) {
+                    expect(&g, &pattern(size, seed)).await;
+                }
+                // And the other direction.
+                g.send(&pattern(5 << 20, 7), &Split::even(rails).unwrap().stages(2).unwrap()).await.unwrap();
+                sweep(rails).len()
+            },
+            |g| async move {
+                let g = g.unwrap();
+                for (split, size, seed) in sweep(rails) {
+                    g.send(&pattern(size, seed), &split).await.unwrap();
+                }
+                expect(&g, &pattern(5 << 20, 7)).await;
+            },
+        )
+        .await;
+        assert!(n >= 15, "{n} messages");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn messages_are_received_in_order_while_sends_overlap() {
+    let msgs: Vec<Vec<u8>> = (0..8).map(|i| pattern(100_000 * (i + 1), i as u64)).collect();
+    let expected = msgs.clone();
+    run(
+        2,
+        move |g| async move {
+            let g = g.unwrap();
+            for m in &expected {
+                expect(&g, m).await;
+            }
+        },
+        |g| async move {
+            let g = g.unwrap();
+            let split = Split::even(2).unwrap().stages(2).unwrap();
+            futures_util::future::try_join_all(msgs.iter().map(|m| g.send(m, &split))).await.unwrap();
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bad_input_is_refused_with_the_reason() {
+    let (e, ()) = run(
+        2,
+        |g| async move {
+            let g = g.unwrap();
+            // A message bigger than the receive buffer: refused by name, and the group
+            // aborted (the rest of the message would otherwise be read as the next one).
+            let mut small = vec![0u8; 100];
+            let e = g.recv(&mut small).await.unwrap_err();
+            assert!(matches!(g.recv(&mut small).await, Err(Error::Closed { .. })));
+            e.to_string()
+        },
+        |g| async move {
+            let g = g.unwrap();
+            let e = g.send(b"x", &Split::even(3).unwrap()).await.unwrap_err();
+            assert!(e.to_string().contains("the split has 3 rails, the group 2"), "{e}");
+            // The receiver refuses it and aborts: this send fails or finishes, never hangs.
+            let _ = g.send(&pattern(10_000, 1), &Split::even(2).unwrap()).await;
+        },
+    )
+    .await;
+    assert!(e.contains("a message of 10000 bytes does not fit the 100-byte buffer"), "{e}");
+    assert!(RailGroup::from_endpoints(Vec::new()).is_err());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn rails_in_the_wrong_order_are_refused() {
+    // Rail 0 dials rail 1's listener and the other way round.
+    let (e, _) = run_with(
+        2,
+        |mut a| {
+            a.swap(0, 1);
+            a
+        },
+        |g| async move { g.err().expect("refused").to_string() },
+        |g| async move { g.is_ok() },
+    )
+    .await;
+    // Whichever listener hears first names the mismatch.
+    let named = ["rail 0: the connection says it is rail 1 of 2", "rail 1: the connection says it is rail 0 of 2"];
+    assert!(named.iter().any(|n| e.contains(n)), "{e}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_rail_fails_the_message_on_both_sides() {
+    let data = pattern(64 << 20, 5);
+    let split = Split::even(2).unwrap().stages(4).unwrap();
+    let (received, sent) = run(
+        2,
+        |g| async move {
+            let g = g.unwrap();
+            let mut got = vec![0u8; 64 << 20];
+            let fail = async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                g.rails()[1].abort();
+            };
+            let (received, ()) = tokio::join!(g.recv(&mut got), fail);
+            // The group is unusable now, and says so at once.
+            assert!(matches!(g.recv(&mut got).await, Err(Error::Closed { .. })));
+            received.map(drop)
+        },
+        |g| async move {
+            let g = g.unwrap();
+            let sent = g.send(&data, &split).await;
+            let later = tokio::time::timeout(Duration::from_secs(10), g.send(&data, &split)).await;
+            assert!(later.expect("no hang").is_err(), "a send after the failure");
+            sent
+        },
+    )
+    .await;
+    let e = received.expect_err("the receive fails");
+    assert!(matches!(e, Error::Rail { .. }), "{e}");
+    if let Err(e) = sent {
+        assert!(matches!(e, Error::Rail { .. }), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_receive_dropped_midway_aborts_the_group() {
+    let data = pattern(32 << 20, 6);
+    let (e, _) = run(
+        2,
+        |g| async move {
+            let g = g.unwrap();
+            let mut got = vec![0u8; 32 << 20];
+            let _ = tokio::time::timeout(Duration::from_millis(5), g.recv(&mut got)).await;
+            g.recv(&mut got).await.expect_err("the group is aborted")
+        },
+        |g| async move {
+            let g = g.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), g.send(&data, &Split::even(2).unwrap().stages(2).unwrap()))
+                .await
+                .expect("the send does not hang")
+        },
+    )
+    .await;
+    assert!(matches!(e, Error::Closed { .. }), "{e}");
+}

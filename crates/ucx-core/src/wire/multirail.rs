@@ -1,0 +1,199 @@
+//! Multi-rail messages (ucx-async `multirail`): the hello that tells the accepting side which
+//! group and rail a new endpoint belongs to, the header that announces how one message is
+//! split over the rails, and the tags its parts travel on. Ours alone (no UCX-Py or UCXX
+//! counterpart), so a magic and a version lead each message.
+//!
+//! | message | fields (little-endian) |
+//! |---|---|
+//! | hello | `b"UCXR"`, `version: u16 = 1`, `group: u64`, `rail: u16`, `rails: u16` (18 bytes) |
+//! | header | `b"UCXR"`, `version: u16 = 1`, `rails: u16`, `stages: u16`, `total: u64`, then `rails × stages` chunk lengths `u64`, rail by rail (stage by stage within a rail) |
+//!
+//! A message's chunks lie in the buffer in the header's order, back to back: rail 0's stages,
+//! then rail 1's. Part 0 of a message is its header (on rail 0); part `s + 1` is stage `s`
+//! (on each rail). [`part_tag`] derives each part's tag from the rail endpoint's own tag.
+
+use super::WireError;
+
+const MAGIC: &[u8; 4] = b"UCXR";
+const VERSION: u16 = 1;
+const HEAD: usize = 6;
+
+/// The most rails a group may have.
+pub const MAX_RAILS: u16 = 64;
+/// The most pipeline stages per rail.
+pub const MAX_STAGES: u16 = 256;
+/// A hello's size in bytes.
+pub const HELLO_LEN: usize = HEAD + 12;
+
+/// A rail's introduction to the accepting side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// The group's random id, the same on each of its rails.
+    pub group: u64,
+    /// Which rail this endpoint is, from 0.
+    pub rail: u16,
+    /// How many rails the group has.
+    pub rails: u16,
+}
+
+impl Hello {
+    /// The message's bytes.
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0u8; HELLO_LEN];
+        out[..4].copy_from_slice(MAGIC);
+        out[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        out[6..14].copy_from_slice(&self.group.to_le_bytes());
+        out[14..16].copy_from_slice(&self.rail.to_le_bytes());
+        out[16..18].copy_from_slice(&self.rails.to_le_bytes());
+        out
+    }
+
+    /// Decodes a hello; `rail < rails <= MAX_RAILS` is checked.
+    pub fn decode(bytes: &[u8]) -> Result<Hello, WireError> {
+        const WHAT: &str = "multi-rail hello";
+        if bytes.len() != HELLO_LEN {
+            return Err(WireError::BadLength { what: WHAT, expected: HELLO_LEN, got: bytes.len() });
+        }
+        let body = check_head(WHAT, bytes)?;
+        let hello = Hello { group: u64_at(body, 0), rail: u16_at(body, 8), rails: u16_at(body, 10) };
+        if hello.rails == 0 || hello.rails > MAX_RAILS || hello.rail >= hello.rails {
+            return Err(WireError::Malformed { what: WHAT, why: "rail index or rail count out of range" });
+        }
+        Ok(hello)
+    }
+}
+
+/// How one message is split: its size and every chunk's length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The message's size in bytes (the sum of the chunks).
+    pub total: u64,
+    /// The number of rails.
+    pub rails: u16,
+    /// Chunks per rail.
+    pub stages: u16,
+    /// `rails × stages` lengths, rail by rail.
+    pub chunks: Vec<u64>,
+}
+
+impl Header {
+    /// The size of a header for `rails` rails and `stages` stages.
+    pub fn len_for(rails: u16, stages: u16) -> usize {
+        HEAD + 12 + 8 * usize::from(rails) * usize::from(stages)
+    }
+
+    /// The message's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Header::len_for(self.rails, self.stages));
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&self.rails.to_le_bytes());
+        out.extend_from_slice(&self.stages.to_le_bytes());
+        out.extend_from_slice(&self.total.to_le_bytes());
+        for c in &self.chunks {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a header. Checked: the counts are in range, the length matches them, and the
+    /// chunks add up to `total` without overflow.
+    pub fn decode(bytes: &[u8]) -> Result<Header, WireError> {
+        const WHAT: &str = "multi-rail header";
+        let body = check_head(WHAT, bytes)?;
+        if body.len() < 12 {
+            return Err(WireError::Malformed { what: WHAT, why: "cut short" });
+        }
+        let (rails, stages, total) = (u16_at(body, 0), u16_at(body, 2), u64_at(body, 4));
+        if rails == 0 || rails > MAX_RAILS || stages == 0 || stages > MAX_STAGES {
+            return Err(WireError::Malformed { what: WHAT, why: "rail or stage count out of range" });
+        }
+        let expected = Header::len_for(rails, stages);
+        if bytes.len() != expected {
+            return Err(WireError::BadLength { what: WHAT, expected, got: bytes.len() });
+        }
+        let chunks: Vec<u64> = body[12..].chunks_exact(8).map(|c| u64_at(c, 0)).collect();
+        let sum = chunks.iter().try_fold(0u64, |acc, &c| acc.checked_add(c));
+        if sum != Some(total) {
+            return Err(WireError::Malformed { what: WHAT, why: "chunk lengths do not add up to the total" });
+        }
+        Ok(Header { total, rails, stages, chunks })
+    }
+}
+
+/// The tag of part `part` (0: the header, `s + 1`: stage `s`) of message `message` on a rail
+/// whose endpoint sends on `base` (the endpoint's own message tag, unique per endpoint). A
+/// bijective mix keeps the parts of different messages apart and away from `base` itself.
+pub fn part_tag(base: u64, message: u64, part: u16) -> u64 {
+    base ^ splitmix64(message.wrapping_mul(u64::from(MAX_STAGES) + 2).wrapping_add(u64::from(part) + 1))
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn check_head<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8], WireError> {
+    if bytes.len() < HEAD || &bytes[..4] != MAGIC {
+        return Err(WireError::Malformed { what, why: "no UCXR magic" });
+    }
+    if bytes[4..6] != VERSION.to_le_bytes() {
+        return Err(WireError::Malformed { what, why: "unknown version" });
+    }
+    Ok(&bytes[HEAD..])
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_vector_and_checks() {
+        let h = Hello { group: 0x0102_0304_0506_0708, rail: 1, rails: 2 };
+        let bytes = h.encode();
+        assert_eq!(&bytes[..], b"UCXR\x01\x00\x08\x07\x06\x05\x04\x03\x02\x01\x01\x00\x02\x00");
+        assert_eq!(Hello::decode(&bytes), Ok(h));
+        assert!(Hello::decode(&Hello { group: 1, rail: 2, rails: 2 }.encode()).is_err());
+        assert!(Hello::decode(&Hello { group: 1, rail: 0, rails: MAX_RAILS + 1 }.encode()).is_err());
+        assert!(Hello::decode(&bytes[..17]).is_err());
+    }
+
+    #[test]
+    fn header_round_trip_and_checks() {
+        let h = Header { total: 10, rails: 2, stages: 2, chunks: vec![3, 2, 5, 0] };
+        let bytes = h.encode();
+        assert_eq!(bytes.len(), Header::len_for(2, 2));
+        assert_eq!(Header::decode(&bytes), Ok(h.clone()));
+        let lie = Header { total: 11, ..h.clone() }.encode();
+        assert!(Header::decode(&lie).is_err(), "chunks that do not add up");
+        let overflow = Header { total: 1, rails: 1, stages: 2, chunks: vec![u64::MAX, 2] }.encode();
+        assert!(Header::decode(&overflow).is_err());
+        assert!(Header::decode(&bytes[..bytes.len() - 1]).is_err());
+        let none = Header { total: 0, rails: 0, stages: 1, chunks: vec![] }.encode();
+        assert!(Header::decode(&none).is_err());
+    }
+
+    #[test]
+    fn part_tags_differ_by_message_and_part() {
+        let base = 0xdead_beef_0000_0001;
+        let mut seen = std::collections::HashSet::new();
+        for m in 0..100 {
+            for p in 0..=MAX_STAGES {
+                assert!(seen.insert(part_tag(base, m, p)));
+            }
+        }
+        assert!(!seen.contains(&base));
+    }
+}
