@@ -33,7 +33,7 @@
 //! would make every program that uses the crate fail to *start* where libhwloc is missing; the
 //! issue asks for a fallback to sysfs when hwloc is absent at run time, which only a run-time
 //! load can give. It also builds with no hwloc headers, as on docs.rs. The cost, a hand-kept
-//! ABI, is small: nine functions and four structs, stable across hwloc 2.x, and the version is
+//! ABI, is small: nine functions and five structs, stable across hwloc 2.x, and the version is
 //! checked on load (`hwloc_get_api_version` must say 2.x).
 //!
 //! Both routes fill the same model (`model::Model`), and distances are computed only there, so

@@ -134,3 +134,27 @@ fn cuda_indices_resolve_to_this_machines_gpus_or_fail_clearly() {
     let err = t.distances(&Origin::Cuda(4096), Kind::Network).unwrap_err();
     assert!(err.to_string().contains("no CUDA device 4096"), "{err}");
 }
+
+#[test]
+fn cuda_and_pci_order_agree_where_cuda_runs() {
+    // With a CUDA driver and GPUs, cuda_bus_id asks CUDA; the PCI-order rule (used without
+    // CUDA) must give the same devices, and the same order under CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    let t = Topology::system().unwrap();
+    if t.nvidia_gpus().is_empty() {
+        return println!("skipped: no NVIDIA GPU here");
+    }
+    let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    if env.as_deref().is_some_and(|v| v.contains("GPU-") || v.contains("MIG-")) {
+        return println!("skipped: CUDA_VISIBLE_DEVICES names UUIDs, which the PCI-order rule refuses");
+    }
+    let by_rule: Vec<_> = (0..).map_while(|i| t.cuda_bus_id_with(i, env.as_deref()).ok()).collect();
+    let by_cuda: Vec<_> = (0..).map_while(|i| t.cuda_bus_id(i).ok()).collect();
+    if std::env::var("CUDA_DEVICE_ORDER").as_deref() == Ok("PCI_BUS_ID") {
+        assert_eq!(by_cuda, by_rule);
+    } else {
+        let (mut a, mut b) = (by_cuda.clone(), by_rule.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "CUDA {by_cuda:?}, PCI order {by_rule:?}");
+    }
+}
