@@ -53,6 +53,7 @@ def test_distances_from_pci_info_both_spellings(dgx):
     assert want[0] == {"distance": 2, "name": "ib2"}
     assert dgx.get_cuda_distances_from_pci_info(0, 0x83, 0, "network") == want
     assert dgx.get_cuda_distances_from_pci_info(0, 0x83, 0, device_type="network") == want
+    assert dgx.get_cuda_distances_from_pci_info(domain=0, bus=0x83, device=0, device_type="network") == want
     assert dgx.get_cuda_distances_from_pci_info("0000:83:00.0", "network") == want
     assert dgx.get_cuda_distances_from_pci_info("83:00.0", device_type="network") == want
 
@@ -91,6 +92,8 @@ def test_bad_inputs_are_named(dgx):
         dgx.get_distances_from_cpus("3-1")
     with pytest.raises(TypeError):
         dgx.get_cuda_distances_from_pci_info(0, 3)
+    with pytest.raises(TypeError):
+        dgx.get_cuda_distances_from_pci_info("0000:83:00.0", 1, 2)
 
 
 def test_xml_that_does_not_load_names_the_file(dgx, tmp_path):

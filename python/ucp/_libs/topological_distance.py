@@ -60,13 +60,15 @@ class TopologicalDistance:
         """Where the topology came from: ``"hwloc"``, ``"sysfs"`` or ``"xml"``."""
         return self._topology.source
 
-    def get_cuda_distances_from_pci_info(self, *args, device_type="openfabrics"):
+    def get_cuda_distances_from_pci_info(self, domain, bus=None, device=None, device_type="openfabrics"):
         """Network or openfabrics devices by distance from the CUDA device at a PCI address.
 
         Parameters
         ----------
-        args: ``domain, bus, device`` (ints, as UCX-Py took them), or one PCI bus id string
-            (``"0000:3b:00.0"``); either may be followed by ``device_type``.
+        domain, bus, device: int
+            The CUDA device's PCI domain, bus and device numbers, as UCX-Py took them (function
+            0). Or ``domain`` alone as a PCI bus id string (``"0000:3b:00.0"``), optionally
+            followed by ``device_type`` in ``bus``'s place.
         device_type: str
             ``"network"`` (interfaces: ``ib0``, ``eth0``) or ``"openfabrics"`` (``mlx5_0``).
 
@@ -75,18 +77,16 @@ class TopologicalDistance:
         ``[{'distance': int, 'name': str}, ...]``, closest first; equal distances in name
         order.
         """
-        args = list(args)
-        if args and isinstance(args[0], str):
-            bus_id, rest = args[0], args[1:]
-        elif len(args) >= 3:
-            domain, bus, device = (int(a) for a in args[:3])
-            bus_id, rest = f"{domain:04x}:{bus:02x}:{device:02x}.0", args[3:]
-        else:
+        if isinstance(domain, str):
+            if isinstance(bus, str) and device is None:
+                device_type, bus = bus, None
+            if bus is not None or device is not None:
+                raise TypeError("a PCI bus id string takes no bus or device")
+            bus_id = domain
+        elif bus is None or device is None:
             raise TypeError("expected (domain, bus, device) or (pci_bus_id)")
-        if len(rest) > 1:
-            raise TypeError("too many arguments")
-        if rest:
-            device_type = rest[0]
+        else:
+            bus_id = f"{int(domain):04x}:{int(bus):02x}:{int(device):02x}.0"
         _check_type(device_type)
         return _as_list(self._topology.distances(device_type, pci=bus_id))
 
