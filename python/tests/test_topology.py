@@ -164,11 +164,14 @@ def test_dask_cluster_with_auto_net_devices_on_this_machine(monkeypatch):
 
     monkeypatch.delenv("UCX_NET_DEVICES", raising=False)
     monkeypatch.delenv(XML_ENV, raising=False)
-    want = TopologicalDistance().get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0)))
+    try:
+        want = TopologicalDistance().get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0))) + ",lo"
+    except RuntimeError:  # no PCI network device here: only the listener's own interface
+        want = "lo"
     with dask.config.set({"ucxa.net-devices": "auto"}):
         with LocalCluster(
             protocol="ucxa", n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
         ) as cluster, Client(cluster) as client:
             assert client.submit(lambda x: x + 1, 41).result(timeout=60) == 42
             got = client.run(lambda: __import__("ucp").get_config()["NET_DEVICES"])
-    assert list(got.values()) == [want + ",lo"]
+    assert list(got.values()) == [want]

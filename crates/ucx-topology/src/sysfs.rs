@@ -134,9 +134,17 @@ fn active_ports(dev: &Path) -> Vec<u32> {
 /// Loads the topology under `root` (`/sys`, or a copy of its layout in tests).
 pub(crate) fn load(root: &Path) -> Result<Model, Error> {
     let mut b = Builder { root: root.to_path_buf(), model: Model::default(), by_key: HashMap::new() };
+    // Not a sysfs at all (a wrong root) is an error; every sysfs has `class`.
+    let class = root.join("class");
+    fs::metadata(&class).map_err(io_err(&class))?;
     let devices = root.join("bus/pci/devices");
-    let mut names: Vec<_> =
-        fs::read_dir(&devices).map_err(io_err(&devices))?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    // A machine without PCI (a virtio-mmio guest) has no such directory: no PCI devices, as
+    // hwloc would say, rather than an error.
+    let listing = match fs::read_dir(&devices) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        other => Some(other.map_err(io_err(&devices))?),
+    };
+    let mut names: Vec<_> = listing.into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path()).collect();
     names.sort();
     for link in names {
         if let Ok(real) = fs::canonicalize(&link) {

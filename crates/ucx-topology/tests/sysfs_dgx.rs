@@ -134,3 +134,17 @@ fn sysfs_and_hwloc_agree_on_the_dgx_shape() {
         assert_eq!(sysfs.net_devices(o).unwrap(), hwloc.net_devices(o).unwrap(), "{o}");
     }
 }
+
+#[test]
+fn a_sysfs_without_pci_has_no_devices_and_missing_sysfs_is_an_error() {
+    let root = std::env::temp_dir().join(format!("ucx-topology-sysfs-{}-nopci", std::process::id()));
+    fs::create_dir_all(root.join("class/net")).unwrap();
+    let _cleanup = FakeSys(root.clone());
+    let t = Topology::from_sysfs_root(&root).unwrap();
+    assert!(t.pci_devices().is_empty());
+    let err = t.net_devices(&Origin::Cpus("0".parse().unwrap())).unwrap_err();
+    assert!(matches!(err, Error::NoNetDevices { .. }), "{err}");
+    let wrong = root.join("class/net/nothing-here");
+    let err = Topology::from_sysfs_root(&wrong).unwrap_err();
+    assert!(matches!(err, Error::Sysfs { .. }) && err.to_string().contains("nothing-here"), "{err}");
+}
