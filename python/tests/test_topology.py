@@ -41,6 +41,13 @@ def test_distances_from_device_index_as_ucx_py_lists_them(dgx):
     assert dgx.get_cuda_distances_from_device_index(0) == d((2, "mlx5_0"), (4, "mlx5_1"), (4, "mlx5_2"), (4, "mlx5_3"))
 
 
+def test_other_gpus_by_distance(dgx):
+    got = dgx.get_cuda_distances_from_device_index(5, "gpu")
+    assert got[0] == {"distance": 2, "name": GPUS[4]}
+    assert sorted(x["name"] for x in got[1:]) == sorted(set(GPUS) - {GPUS[4], GPUS[5]})
+    assert {x["distance"] for x in got[1:]} == {4}
+
+
 @pytest.mark.parametrize("index", range(8))
 def test_each_gpu_is_nearest_its_switch_nic(dgx, index):
     got = dgx.get_cuda_distances_from_device_index(index, device_type="openfabrics")

@@ -17,7 +17,8 @@ from .. import _ucx_async
 
 XML_ENV = "UCXPY_TOPOLOGY_XML"
 
-DEVICE_TYPES = ("network", "openfabrics")
+# UCX-Py's two kinds, and other NVIDIA GPUs (named by PCI bus id).
+DEVICE_TYPES = ("network", "openfabrics", "gpu")
 
 
 def load_topology(xml=None):
@@ -33,7 +34,7 @@ def _as_list(pairs):
 
 
 def _check_type(device_type):
-    # UCX-Py also took "block"; the device kinds UCX uses are these two.
+    # UCX-Py also took "block", which UCX has no use for.
     if device_type not in DEVICE_TYPES:
         raise ValueError(
             f"unknown device_type {device_type!r}: expected one of {', '.join(map(repr, DEVICE_TYPES))}"
@@ -70,7 +71,8 @@ class TopologicalDistance:
             0). Or ``domain`` alone as a PCI bus id string (``"0000:3b:00.0"``), optionally
             followed by ``device_type`` in ``bus``'s place.
         device_type: str
-            ``"network"`` (interfaces: ``ib0``, ``eth0``) or ``"openfabrics"`` (``mlx5_0``).
+            ``"network"`` (interfaces: ``ib0``, ``eth0``), ``"openfabrics"`` (``mlx5_0``), or
+            ``"gpu"`` (the other NVIDIA GPUs, by PCI bus id).
 
         Returns
         -------
