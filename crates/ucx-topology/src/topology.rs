@@ -49,10 +49,12 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// This machine's topology: through hwloc when `libhwloc.so.15` loads, else through sysfs.
+    /// This machine's topology: through hwloc when `libhwloc.so.15` loads (and loads the
+    /// topology), else through sysfs.
     pub fn system() -> Result<Topology, Error> {
-        match hwloc::ffi::system() {
-            Ok(api) => Ok(Topology { model: hwloc::load(api, None)?, source: Source::Hwloc }),
+        // A failed hwloc discovery falls back too: sysfs answers the same questions.
+        match Topology::from_hwloc() {
+            Ok(t) => Ok(t),
             Err(_) => Topology::from_sysfs(),
         }
     }
