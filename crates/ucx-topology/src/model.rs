@@ -87,9 +87,9 @@ pub(crate) struct OsDev {
     pub kind: Kind,
     /// Index of its PCI device in `Model::nodes`.
     pub pci: usize,
-    /// InfiniBand ports (1-based) whose state is ACTIVE; empty for network interfaces or when
-    /// none is known.
-    pub active_ports: Vec<u32>,
+    /// InfiniBand ports (1-based) whose state is ACTIVE; `None` when no port state is known
+    /// (network interfaces, or a device whose ports were not read).
+    pub active_ports: Option<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -292,7 +292,7 @@ pub(crate) mod tests {
             ("ib1", Kind::Network, nic1),
             ("mlx5_1", Kind::OpenFabrics, nic1),
         ] {
-            m.osdevs.push(OsDev { name: name.into(), kind, pci, active_ports: vec![1] });
+            m.osdevs.push(OsDev { name: name.into(), kind, pci, active_ports: Some(vec![1]) });
         }
         m
     }

@@ -24,19 +24,25 @@ impl fmt::Display for NetDevices {
 
 impl Topology {
     /// The devices nearest `origin`, all of them when several are equally near:
-    /// - if the machine has InfiniBand/RoCE devices, the nearest ones, each with its ACTIVE
-    ///   ports (`mlx5_0:1`; port 1 when no state is known), followed by the network interfaces
-    ///   of those same PCI devices (`ib0`), so that UCX's tcp transport, if used, takes the same
-    ///   NIC;
+    /// - if the machine has InfiniBand/RoCE devices with a usable port, the nearest ones, each
+    ///   with its ACTIVE ports (`mlx5_0:1`; port 1 when no state is known; a device whose
+    ///   ports are all down is passed over, as UCX would find no port on it), followed by the
+    ///   network interfaces of those same PCI devices (`ib0`), so that UCX's tcp transport, if
+    ///   used, takes the same NIC;
     /// - otherwise the nearest network interfaces (`eth0`).
     ///
     /// [`Error::NoNetDevices`] when there is neither.
     pub fn net_devices(&self, origin: &Origin) -> Result<NetDevices, Error> {
         let start = self.start(origin)?;
         let model = self.model();
+        let usable = |d: &crate::model::OsDev| d.active_ports.as_ref().map_or(true, |p| !p.is_empty());
         let nearest = |kind: Kind| {
-            let mut devs: Vec<(u32, &crate::model::OsDev)> =
-                model.osdevs.iter().filter(|d| d.kind == kind).map(|d| (model.distance(&start, d.pci), d)).collect();
+            let mut devs: Vec<(u32, &crate::model::OsDev)> = model
+                .osdevs
+                .iter()
+                .filter(|d| d.kind == kind && usable(d))
+                .map(|d| (model.distance(&start, d.pci), d))
+                .collect();
             let min = devs.iter().map(|(d, _)| *d).min();
             devs.retain(|(d, _)| Some(*d) == min);
             devs.sort_by(|a, b| crate::model::natural_cmp(&a.1.name, &b.1.name));
@@ -46,7 +52,7 @@ impl Topology {
         if let Some(distance) = min {
             let mut devices = Vec::new();
             for (_, d) in &ib {
-                let ports = if d.active_ports.is_empty() { vec![1] } else { d.active_ports.clone() };
+                let ports = d.active_ports.clone().unwrap_or_else(|| vec![1]);
                 devices.extend(ports.iter().map(|p| format!("{}:{p}", d.name)));
             }
             let mut nets: Vec<&str> = model
@@ -102,6 +108,19 @@ mod tests {
         let t = Topology::from_model_for_tests(m, Source::Xml);
         let nd = t.net_devices(&Origin::Cpus("5".parse().unwrap())).unwrap();
         assert_eq!((nd.to_string(), nd.distance), ("ib1".to_owned(), 0));
+    }
+
+    #[test]
+    fn a_device_with_every_port_down_is_passed_over() {
+        let mut m = small_dgx();
+        m.osdevs.iter_mut().filter(|d| d.name == "mlx5_0").for_each(|d| d.active_ports = Some(vec![]));
+        let t = Topology::from_model_for_tests(m.clone(), Source::Xml);
+        let gpu0 = Origin::Pci("03:00.0".parse().unwrap());
+        assert_eq!(t.net_devices(&gpu0).unwrap().to_string(), "mlx5_1:1,ib1");
+        // Unknown states: port 1 is assumed.
+        m.osdevs.iter_mut().filter(|d| d.name == "mlx5_0").for_each(|d| d.active_ports = None);
+        let t = Topology::from_model_for_tests(m, Source::Xml);
+        assert_eq!(t.net_devices(&gpu0).unwrap().to_string(), "mlx5_0:1,ib0");
     }
 
     #[test]

@@ -109,26 +109,29 @@ impl Builder {
             let Ok(real) = fs::canonicalize(&link) else { continue };
             // Virtual devices (lo, bridges, ifb) have no PCI device: none of the path parses.
             let Some(pci) = self.chain(&real) else { continue };
-            let active_ports = if kind == Kind::OpenFabrics { active_ports(&link) } else { vec![] };
+            let active_ports = if kind == Kind::OpenFabrics { active_ports(&link) } else { None };
             self.model.osdevs.push(OsDev { name, kind, pci, active_ports });
         }
         Ok(())
     }
 }
 
-/// InfiniBand ports whose `state` reads `4: ACTIVE`.
-fn active_ports(dev: &Path) -> Vec<u32> {
-    let Ok(entries) = fs::read_dir(dev.join("ports")) else { return vec![] };
-    let mut ports: Vec<u32> = entries
+/// InfiniBand ports whose `state` reads `4: ACTIVE`; None when no port has a readable state.
+fn active_ports(dev: &Path) -> Option<Vec<u32>> {
+    let entries = fs::read_dir(dev.join("ports")).ok()?;
+    let states: Vec<(u32, String)> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let port = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let state = read_trimmed(&e.path().join("state"))?;
-            state.starts_with("4:").then_some(port)
+            Some((port, read_trimmed(&e.path().join("state"))?))
         })
         .collect();
+    if states.is_empty() {
+        return None;
+    }
+    let mut ports: Vec<u32> = states.into_iter().filter(|(_, s)| s.starts_with("4:")).map(|(p, _)| p).collect();
     ports.sort_unstable();
-    ports
+    Some(ports)
 }
 
 /// Loads the topology under `root` (`/sys`, or a copy of its layout in tests).

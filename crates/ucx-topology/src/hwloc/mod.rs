@@ -170,7 +170,7 @@ unsafe fn walk(h: &Handle<'_>) -> Model {
             }
             let (Some(&pci), false) = (index.get(&up), obj.name.is_null()) else { continue };
             let name = CStr::from_ptr(obj.name).to_string_lossy().into_owned();
-            let mut active_ports = Vec::new();
+            let (mut active_ports, mut states_known) = (Vec::new(), false);
             for i in 0..obj.infos_count as usize {
                 let info = &*obj.infos.add(i);
                 if info.name.is_null() || info.value.is_null() {
@@ -179,13 +179,16 @@ unsafe fn walk(h: &Handle<'_>) -> Model {
                 let key = CStr::from_ptr(info.name).to_string_lossy();
                 let value = CStr::from_ptr(info.value).to_string_lossy();
                 if let Some(port) = key.strip_prefix("Port").and_then(|k| k.strip_suffix("State")) {
+                    let Ok(port) = port.parse::<u32>() else { continue };
+                    states_known = true;
                     // hwloc stores the number from sysfs's "4: ACTIVE".
-                    if let (Ok(port), "4") = (port.parse::<u32>(), value.trim()) {
+                    if value.trim() == "4" {
                         active_ports.push(port);
                     }
                 }
             }
             active_ports.sort_unstable();
+            let active_ports = states_known.then_some(active_ports);
             model.osdevs.push(OsDev { name, kind, pci, active_ports });
         }
     }
