@@ -53,10 +53,15 @@
 //! So it counts the PCI hops from the GPU up to where the paths meet: on a DGX-like machine
 //! (GPU at level 4 behind a switch) the NIC on the GPU's own switch is 2 away, every other one
 //! 4, as in UCX-Py's example. It is the same for any PCI device as origin, not only GPUs.
-//! UCX-Py found the ancestor by climbing hwloc's object depths in step, which can pass the true
-//! lowest ancestor when the two devices sit at different PCI levels, and read the "bridge
-//! depth" of a non-bridge as whatever the attribute union held; here the true lowest common
-//! ancestor is used and non-bridges above the host bridge count as 0.
+//! UCX-Py read both depths from hwloc's bridge attribute, which hwloc 2.9 fills in for PCI
+//! devices too (their level: 4 for that GPU) and reads as 0 above the host bridges, so its
+//! numbers are these: applied with hwloc 2.9 to `tests/data/dgx.xml`, UCX-Py's formula gives
+//! the same distance for all 117 (PCI device, NIC) pairs (a one-off check while writing this,
+//! not a shipped test). It found the ancestor by climbing both objects one level at a time in
+//! step, which misses the true lowest common ancestor when the two sit at different PCI levels
+//! below it (a GPU behind two nested switches, a NIC behind the outer one only): UCX-Py then
+//! counts up to the host bridge (5 in that variant of `dgx.xml`, where the paths meet 3 levels
+//! above the GPU); here the true lowest common ancestor is used (3).
 //!
 //! UCX-Py had no CPU-set origin. **distance(CPU set, device)** is 0 when every CPU of the set
 //! is local to the device (in the cpuset of the device's nearest non-I/O ancestor in hwloc,

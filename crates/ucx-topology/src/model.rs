@@ -316,6 +316,23 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_true_common_ancestor_counts_when_levels_differ() {
+        // GPU0 one switch deeper than in small_dgx (level 5): ib0 still meets it at the outer
+        // switch's upstream port (level 2), so 3 away; climbing both in step would miss that.
+        let mut m = small_dgx();
+        let gpu0 = m.find_pci("03:00.0".parse().unwrap()).unwrap();
+        let mut inner = m.nodes[gpu0].clone();
+        (inner.kind, inner.bus_id, inner.vendor, inner.class) =
+            (NodeKind::Bridge, Some("03:00.0".parse().unwrap()), 0x10b5, 0x0604);
+        m.nodes.push(inner);
+        let inner = m.nodes.len() - 1;
+        m.nodes[gpu0].parent = Some(inner);
+        m.nodes[gpu0].bus_id = Some("0c:00.0".parse().unwrap());
+        let from = Start::Pci(gpu0);
+        assert_eq!(pairs(&m.distances(&from, Kind::Network)), [(3, "ib0"), (5, "ib1")]);
+    }
+
+    #[test]
     fn cpu_distances_say_how_local_the_set_is() {
         let m = small_dgx();
         let cpus = |s: &str| s.parse::<CpuSet>().unwrap();
