@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Formatting, clippy with warnings as errors, a check build of the `cuda` feature (which
-# needs no GPU: see ci-support/cuda-check.sh), `cargo publish --dry-run` of ucx-core and
-# ucx-async (packaged, then built from the packages), and their docs built as docs.rs builds
-# them, with no UCX. Expects scripts/setup.sh to have run.
+# needs no GPU: see ci-support/cuda-check.sh), `cargo publish --dry-run` of ucx-core,
+# ucx-async and ucx-topology (packaged, then built from the packages), and their docs built as
+# docs.rs builds them, with no UCX (ucx-topology needs no hwloc to build: it opens it at run
+# time). Expects scripts/setup.sh to have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,4 +29,4 @@ CARGO_TARGET_DIR="$PUBLISH_TARGET" cargo publish --dry-run --workspace --exclude
 # crates/ucx-core/docs-rs/ and look for no UCX (UCX_DIR=/nonexistent would fail any search).
 # Its own target dir, since DOCS_RS changes ucx-core's build output.
 env -u VIRTUAL_ENV DOCS_RS=1 UCX_DIR=/nonexistent RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$ROOT/target/docs-rs" \
-    cargo doc -p ucx-core -p ucx-async --no-deps --quiet
+    cargo doc -p ucx-core -p ucx-async -p ucx-topology --no-deps --quiet

@@ -10,7 +10,8 @@ frames tells the peer this side is closing (Dask messages always have at least o
 Device frames are received into device memory (RMM, else CuPy).
 
 Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
-``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES) and ``ucxa.environment`` (more ``UCX_*``
+``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES; ``auto``: the devices nearest the process's
+GPU, see ``_auto_net_devices``) and ``ucxa.environment`` (more ``UCX_*``
 options, names without the prefix), ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
 process; default 0, as Dask's reads wait long) and ``ucxa.host-pool-size`` (how much freed
 receive memory each process keeps for reuse, default 256 MiB; 0 turns the pool off). The comm
@@ -104,11 +105,39 @@ def _init_ucx(host=None):
             options[name] = str(value)
     for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
         options[str(name).upper().replace("-", "_").removeprefix("UCX_")] = str(value)
+    if options.get("NET_DEVICES") == "auto":
+        auto = None if "UCX_NET_DEVICES" in os.environ else _auto_net_devices(host)
+        del options["NET_DEVICES"]
+        if auto is not None:
+            options["NET_DEVICES"] = auto
     if host and "NET_DEVICES" not in options and "UCX_NET_DEVICES" not in os.environ:
         device = interface_of(host)
         if device is not None:
             options["NET_DEVICES"] = device
     ucp.init(options, env_takes_precedence=True)
+
+
+def _auto_net_devices(host=None):
+    """``ucxa.net-devices: auto`` (dask-cuda's ``--net-devices auto``): the devices nearest this
+    process's GPU (CUDA device 0, i.e. the first entry of ``CUDA_VISIBLE_DEVICES``, which
+    dask-cuda sets per worker), else nearest the CPUs it may run on; plus a listener's own
+    interface, so its address stays reachable. The topology is this machine's, or the hwloc
+    XML file ``UCXPY_TOPOLOGY_XML`` names. None (UCX's default) when nothing fits."""
+    from ucp._libs.topological_distance import TopologicalDistance
+
+    try:
+        td = TopologicalDistance()
+        try:
+            devices = td.get_ucx_net_devices(0)
+        except ValueError:  # no GPU visible
+            devices = td.get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0)))
+    except (OSError, RuntimeError, ValueError) as e:
+        logger.warning("%s.net-devices=auto: no device chosen (%s); UCX picks its own", SCHEME, e)
+        return None
+    device = interface_of(host) if host else None
+    if device is not None and device not in devices.split(","):
+        devices += "," + device
+    return devices
 
 
 class UCXAComm(Comm):

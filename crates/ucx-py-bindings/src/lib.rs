@@ -15,6 +15,7 @@
 //! - [`host_pool`]: `HostPool`, receive buffers from host memory that is already backed.
 //! - [`errors`]: UCX failures as UCX-Py's exception classes.
 //! - [`collective`]: the communicator's tags and bootstrap messages for `ucp.collective`.
+//! - [`topology`]: `Topology` (ucx-topology: device distances, `UCX_NET_DEVICES` choice).
 //!
 //! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
 //! pure Python in `python/ucp`.
@@ -33,6 +34,7 @@ mod listener;
 mod request;
 mod rma;
 mod target;
+mod topology;
 mod worker;
 
 use pyo3::prelude::*;
@@ -70,6 +72,7 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rma::RemoteKey>()?;
     m.add_class::<host_pool::HostPool>()?;
     m.add_class::<host_pool::HostBuffer>()?;
+    m.add_class::<topology::Topology>()?;
     m.add("FULL_MASK", ucx_core::FULL_MASK)?;
     Ok(())
 }

@@ -1,0 +1,134 @@
+//! Automatic device choice: the devices nearest a GPU or a CPU set, spelt as UCX's
+//! `UCX_NET_DEVICES` wants them.
+
+use std::fmt;
+
+use crate::model::Kind;
+use crate::{Error, Origin, Topology};
+
+/// A `UCX_NET_DEVICES` value: [`fmt::Display`] joins the devices with commas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetDevices {
+    /// UCX device names: `mlx5_0:1` (an InfiniBand/RoCE device and port, for UCX's `rc`, `ud`,
+    /// `dc` transports) and `ib0`/`eth0` (an interface, for `tcp`).
+    pub devices: Vec<String>,
+    /// The distance of the chosen devices from the origin.
+    pub distance: u32,
+}
+
+impl fmt::Display for NetDevices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.devices.join(","))
+    }
+}
+
+impl Topology {
+    /// The devices nearest `origin`, all of them when several are equally near:
+    /// - if the machine has InfiniBand/RoCE devices with a usable port, the nearest ones, each
+    ///   with its ACTIVE ports (`mlx5_0:1`; port 1 when no state is known; a device whose
+    ///   ports are all down is passed over, as UCX would find no port on it), followed by the
+    ///   network interfaces of those same PCI devices (`ib0`), so that UCX's tcp transport, if
+    ///   used, takes the same NIC;
+    /// - otherwise the nearest network interfaces (`eth0`).
+    ///
+    /// [`Error::NoNetDevices`] when there is neither.
+    pub fn net_devices(&self, origin: &Origin) -> Result<NetDevices, Error> {
+        let start = self.start(origin)?;
+        let model = self.model();
+        let usable = |d: &crate::model::OsDev| d.active_ports.as_ref().map_or(true, |p| !p.is_empty());
+        let nearest = |kind: Kind| {
+            let mut devs: Vec<(u32, &crate::model::OsDev)> = model
+                .osdevs
+                .iter()
+                .filter(|d| d.kind == kind && usable(d))
+                .map(|d| (model.distance(&start, d.pci), d))
+                .collect();
+            let min = devs.iter().map(|(d, _)| *d).min();
+            devs.retain(|(d, _)| Some(*d) == min);
+            devs.sort_by(|a, b| crate::model::natural_cmp(&a.1.name, &b.1.name));
+            (min, devs)
+        };
+        let (min, ib) = nearest(Kind::OpenFabrics);
+        if let Some(distance) = min {
+            let mut devices = Vec::new();
+            for (_, d) in &ib {
+                let ports = d.active_ports.clone().unwrap_or_else(|| vec![1]);
+                devices.extend(ports.iter().map(|p| format!("{}:{p}", d.name)));
+            }
+            let mut nets: Vec<&str> = model
+                .osdevs
+                .iter()
+                .filter(|n| n.kind == Kind::Network && ib.iter().any(|(_, d)| d.pci == n.pci))
+                .map(|n| n.name.as_str())
+                .collect();
+            nets.sort_by(|a, b| crate::model::natural_cmp(a, b));
+            nets.dedup();
+            devices.extend(nets.into_iter().map(str::to_owned));
+            return Ok(NetDevices { devices, distance });
+        }
+        let (min, nets) = nearest(Kind::Network);
+        match min {
+            Some(distance) => {
+                Ok(NetDevices { devices: nets.into_iter().map(|(_, d)| d.name.clone()).collect(), distance })
+            }
+            None => Err(Error::NoNetDevices { from: origin.to_string() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::small_dgx;
+    use crate::Source;
+
+    fn topo() -> Topology {
+        Topology::from_model_for_tests(small_dgx(), Source::Xml)
+    }
+
+    #[test]
+    fn a_gpu_gets_its_switch_nic() {
+        let t = topo();
+        let nd = t.net_devices(&Origin::Pci("03:00.0".parse().unwrap())).unwrap();
+        assert_eq!(nd.to_string(), "mlx5_0:1,ib0");
+        assert_eq!(nd.distance, 2);
+    }
+
+    #[test]
+    fn ties_are_kept_together() {
+        let t = topo();
+        let both = Origin::Cpus("3-4".parse().unwrap());
+        assert_eq!(t.net_devices(&both).unwrap().to_string(), "mlx5_0:1,mlx5_1:1,ib0,ib1");
+    }
+
+    #[test]
+    fn without_openfabrics_the_nearest_interfaces() {
+        let mut m = small_dgx();
+        m.osdevs.retain(|d| d.kind == Kind::Network);
+        let t = Topology::from_model_for_tests(m, Source::Xml);
+        let nd = t.net_devices(&Origin::Cpus("5".parse().unwrap())).unwrap();
+        assert_eq!((nd.to_string(), nd.distance), ("ib1".to_owned(), 0));
+    }
+
+    #[test]
+    fn a_device_with_every_port_down_is_passed_over() {
+        let mut m = small_dgx();
+        m.osdevs.iter_mut().filter(|d| d.name == "mlx5_0").for_each(|d| d.active_ports = Some(vec![]));
+        let t = Topology::from_model_for_tests(m.clone(), Source::Xml);
+        let gpu0 = Origin::Pci("03:00.0".parse().unwrap());
+        assert_eq!(t.net_devices(&gpu0).unwrap().to_string(), "mlx5_1:1,ib1");
+        // Unknown states: port 1 is assumed.
+        m.osdevs.iter_mut().filter(|d| d.name == "mlx5_0").for_each(|d| d.active_ports = None);
+        let t = Topology::from_model_for_tests(m, Source::Xml);
+        assert_eq!(t.net_devices(&gpu0).unwrap().to_string(), "mlx5_0:1,ib0");
+    }
+
+    #[test]
+    fn nothing_to_choose_is_an_error_naming_the_origin() {
+        let mut m = small_dgx();
+        m.osdevs.clear();
+        let t = Topology::from_model_for_tests(m, Source::Xml);
+        let err = t.net_devices(&Origin::Cpus("5".parse().unwrap())).unwrap_err();
+        assert!(err.to_string().contains("CPUs 5"), "{err}");
+    }
+}
