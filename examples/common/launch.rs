@@ -16,6 +16,7 @@ pub fn number_option(args: &[String], name: &str, usage: &str) -> Option<usize> 
 
 /// Runs `ranks` copies of this program with `RANK`, `WORLD_SIZE`, `MASTER_ADDR=127.0.0.1` and
 /// a free `MASTER_PORT` (and `UCX_NET_DEVICES=lo` unless set), and waits for them all.
+#[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
     // A free port for rank 0's listener (released here, bound again by rank 0 at once).
     let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {

@@ -1,7 +1,7 @@
 //! The example binaries as a user runs them: each answers `--help` (and `-h`) with its usage and
 //! exit status 0, at once (no UCX context, no server process, no benchmark run), and `bench`
 //! runs a short benchmark start to end with its own server process, as
-//! `scripts/bench_vs_perftest.sh` runs it. Needs the examples built (`cargo test` builds
+//! `scripts/bench_vs_perftest.sh` runs it (and `multirail` its TEST mode, with its own peer). Needs the examples built (`cargo test` builds
 //! them). `echo_cuda` is built only with the `cuda` feature.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -44,6 +44,25 @@ fn hash_join_answers_help() {
 #[test]
 fn alltoall_answers_help() {
     assert_answers_help("alltoall");
+}
+
+#[test]
+fn multirail_answers_help() {
+    assert_answers_help("multirail");
+}
+
+/// The multi-rail CLI's TEST mode against the peer process it starts: every point's bytes
+/// checked by the receiver (a point that differs prints FAIL and fails the run).
+#[test]
+fn multirail_test_mode_checks_every_byte_with_its_own_peer() {
+    let args =
+        ["--modes", "TEST,SPLIT", "--rails", "1,3", "--stages", "1,2", "--sizes", "0,1,65537,3000000", "--iters", "2"];
+    let stdout = run_example("multirail", &args);
+    let tests: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT Test ")).collect();
+    // Rails 1: 2 stages x 1 ratio; rails 3: 2 stages x 2 ratios; 4 sizes each.
+    assert_eq!(tests.len(), (2 + 4) * 4, "{stdout}");
+    assert!(tests.iter().all(|l| l.ends_with(" OK")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("RESULT Split 3 2 0.75 3000000 ")), "{stdout}");
 }
 
 #[test]

@@ -1,0 +1,380 @@
+//! Multi-rail throughput against a peer process: the seed's (ucx_multirail) modes over a
+//! sweep of rails × stages × split ratio × message size, as a table and an SVG plot.
+//!
+//! Run: `cargo run --release -p ucx-async --example multirail` (starts the peer itself).
+//! Each rail is its own UCX context and worker; `--devices a,b,...` gives rail i the
+//! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail).
+#[path = "common/launch.rs"]
+mod launch;
+#[path = "common/server_process.rs"]
+mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ucx_async::core::Context;
+use ucx_async::{Endpoint, Listener, ProgressMode, RailGroup, Result, Split, Worker};
+
+const USAGE: &str = "usage: multirail [--modes SINGLE,MR,SPLIT,TEST] [--rails 1,2,4] [--stages 1,2,4]
+                 [--ratios 0.5,0.75] [--sizes 1048576,8388608,67108864] [--iters N]
+                 [--devices lo,lo,...] [--plot FILE.svg]
+
+Throughput of one peer process to another over 127.0.0.1, each rail its own UCX context:
+  SINGLE  the whole message on rail 0's endpoint (the single-endpoint path)
+  MR      a whole message on every rail at once (aggregate of independent sends)
+  SPLIT   one message split over the rails by --ratios (the share on the peer rails) in
+          --stages chunks per rail (RailGroup)
+  TEST    SPLIT, with every byte checked by the receiver (prints OK or FAIL per point)
+Prints one RESULT line per point (MB/s = 10^6 bytes per second of message data) and, with
+--plot, an SVG of MB/s against size. --iters messages per point (default 20; 4 above 16 MiB).";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Single,
+    Mr,
+    Split,
+    Test,
+}
+
+/// One point of the sweep; both processes walk the same list.
+#[derive(Clone, Debug)]
+struct Point {
+    mode: Mode,
+    rails: usize,
+    stages: usize,
+    ratio: f64,
+    size: usize,
+}
+
+struct Options {
+    points: Vec<Point>,
+    rail_counts: Vec<usize>,
+    devices: Vec<String>,
+    iters: usize,
+    plot: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
+    let opts = match options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("multirail: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    if args.iter().any(|a| a == "--serve") {
+        return match rt.block_on(serve(&opts)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("multirail server: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut server_args = args[1..].to_vec();
+    server_args.push("--serve".into());
+    let r = server_process::run_with_server_ports("multirail", &server_args, |ports| rt.block_on(client(&opts, ports)));
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("multirail: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn options(args: &[String]) -> std::result::Result<Options, String> {
+    let list = |name: &str, default: &str| -> Vec<String> {
+        let v = args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map_or(default, String::as_str);
+        v.split(',').map(str::to_string).collect()
+    };
+    let numbers = |name: &str, default: &str| -> std::result::Result<Vec<f64>, String> {
+        list(name, default)
+            .iter()
+            .map(|v| v.parse::<f64>().map_err(|_| format!("{name}: {v:?} is not a number")))
+            .collect()
+    };
+    let modes = list("--modes", "SINGLE,MR,SPLIT")
+        .iter()
+        .map(|m| match m.as_str() {
+            "SINGLE" => Ok(Mode::Single),
+            "MR" => Ok(Mode::Mr),
+            "SPLIT" => Ok(Mode::Split),
+            "TEST" => Ok(Mode::Test),
+            other => Err(format!("--modes: unknown mode {other:?} (SINGLE, MR, SPLIT, TEST)")),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let rail_counts: Vec<usize> = numbers("--rails", "1,2,4")?.into_iter().map(|r| r as usize).collect();
+    let stages: Vec<usize> = numbers("--stages", "1,2,4")?.into_iter().map(|s| s as usize).collect();
+    let ratios = numbers("--ratios", "0.5,0.75")?;
+    let sizes: Vec<usize> = numbers("--sizes", "1048576,8388608,67108864")?.into_iter().map(|s| s as usize).collect();
+    let max_rails = rail_counts.iter().copied().max().unwrap_or(1);
+    if rail_counts.contains(&0) {
+        return Err("--rails: counts start at 1".into());
+    }
+    let mut devices = list("--devices", "lo");
+    if devices.len() == 1 {
+        devices = vec![devices[0].clone(); max_rails];
+    }
+    if devices.len() < max_rails {
+        return Err(format!("--devices: {} entries for {max_rails} rails", devices.len()));
+    }
+    let mut points = Vec::new();
+    for &mode in &modes {
+        for &rails in &rail_counts {
+            let (stage_list, ratio_list): (Vec<usize>, Vec<f64>) = match mode {
+                Mode::Single => (vec![1], vec![0.0]),
+                Mode::Mr => (vec![1], vec![0.0]),
+                _ if rails == 1 => (stages.clone(), vec![0.0]),
+                _ => (stages.clone(), ratios.clone()),
+            };
+            if mode == Mode::Single && rails != rail_counts[0] {
+                continue; // one rail only: measured once
+            }
+            for &s in &stage_list {
+                for &ratio in &ratio_list {
+                    Split::ratio(rails, ratio).and_then(|sp| sp.stages(s)).map_err(|e| e.to_string())?;
+                    for &size in &sizes {
+                        points.push(Point {
+                            mode,
+                            rails: if mode == Mode::Single { 1 } else { rails },
+                            stages: s,
+                            ratio,
+                            size,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let iters = launch::number_option(args, "--iters", USAGE).unwrap_or(20);
+    let plot = args.iter().position(|a| a == "--plot").and_then(|i| args.get(i + 1)).cloned();
+    Ok(Options { points, rail_counts, devices, iters, plot })
+}
+
+fn iters_for(opts: &Options, size: usize) -> usize {
+    if size > 16 << 20 {
+        opts.iters.div_ceil(5).max(2)
+    } else {
+        opts.iters
+    }
+}
+
+fn rail_workers(devices: &[String]) -> Result<Vec<Worker>> {
+    devices
+        .iter()
+        .map(|d| {
+            let ctx = Context::builder().option("NET_DEVICES", d.as_str()).build()?;
+            Worker::new(&ctx, ProgressMode::Polling)
+        })
+        .collect()
+}
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131) ^ seed ^ (i >> 10)) as u8).collect()
+}
+
+/// The peer: listeners for the most rails, then a group per rail count, receiving each
+/// point's messages and acknowledging each point with one byte (1: every byte checked). The
+/// client says goodbye and aborts its end of a group; this side then aborts its own. (Closing
+/// both ends at once, each with `close()`, left this side's close waiting in one run, and
+/// failed the other's with "Endpoint timeout" in another.)
+async fn serve(opts: &Options) -> Result<()> {
+    let max = opts.rail_counts.iter().copied().max().unwrap_or(1);
+    let workers = rail_workers(&opts.devices[..max])?;
+    let listeners = workers
+        .iter()
+        .map(|w| Listener::bind(w, "127.0.0.1:0".parse().expect("an address")))
+        .collect::<Result<Vec<_>>>()?;
+    let ports: Vec<String> = listeners.iter().map(|l| l.local_addr().port().to_string()).collect();
+    println!("PORT {}", ports.join(","));
+    for &rails in &opts.rail_counts {
+        let group = RailGroup::accept(&listeners[..rails]).await?;
+        let mut buf = vec![0u8; opts.points.iter().map(|p| p.size).max().unwrap_or(0)];
+        for p in
+            opts.points.iter().filter(|p| p.rails == rails || (p.mode == Mode::Single && rails == opts.rail_counts[0]))
+        {
+            let mut ok = true;
+            for i in 0..=iters_for(opts, p.size) {
+                match p.mode {
+                    Mode::Single => {
+                        group.rails()[0].recv(&mut buf[..p.size]).await?;
+                    }
+                    Mode::Mr => {
+                        let mut parts: Vec<&mut [u8]> = Vec::new();
+                        let mut rest = &mut buf[..];
+                        for _ in 0..rails {
+                            let (a, b) = std::mem::take(&mut rest).split_at_mut(p.size / rails);
+                            parts.push(a);
+                            rest = b;
+                        }
+                        let recvs = group.rails().iter().zip(parts).map(|(ep, part)| ep.recv(part));
+                        futures_util::future::try_join_all(recvs).await?;
+                    }
+                    Mode::Split | Mode::Test => {
+                        let n = group.recv(&mut buf).await?;
+                        if p.mode == Mode::Test {
+                            ok &= n == p.size && buf[..n] == pattern(p.size, i)[..];
+                        }
+                    }
+                }
+            }
+            ack(&group.rails()[0], ok).await?;
+        }
+        // The client's goodbye: everything is through; its close does the rest.
+        let mut bye = [0u8];
+        group.rails()[0].recv(&mut bye[..]).await?;
+        group.abort();
+    }
+    Ok(())
+}
+
+async fn ack(ep: &Endpoint, ok: bool) -> Result<()> {
+    ep.send(&[u8::from(ok)][..]).await
+}
+
+async fn client(opts: &Options, ports: &[u16]) -> Result<()> {
+    let max = opts.rail_counts.iter().copied().max().unwrap_or(1);
+    let workers = rail_workers(&opts.devices[..max])?;
+    println!("# mode rails stages ratio size MB/s (devices {})", opts.devices[..max].join(","));
+    let mut results = Vec::new();
+    for &rails in &opts.rail_counts {
+        let dial: Vec<(&Worker, SocketAddr)> =
+            workers.iter().zip(ports).take(rails).map(|(w, p)| (w, SocketAddr::from(([127, 0, 0, 1], *p)))).collect();
+        let group = RailGroup::connect(&dial).await?;
+        let data = pattern(opts.points.iter().map(|p| p.size).max().unwrap_or(0), 0);
+        for p in
+            opts.points.iter().filter(|p| p.rails == rails || (p.mode == Mode::Single && rails == opts.rail_counts[0]))
+        {
+            let split = Split::ratio(p.rails, p.ratio)?.stages(p.stages)?;
+            let mut start = Instant::now();
+            let iters = iters_for(opts, p.size);
+            for i in 0..=iters {
+                if i == 1 {
+                    start = Instant::now(); // iteration 0 warms up (registration, connections)
+                }
+                match p.mode {
+                    Mode::Single => group.rails()[0].send(&data[..p.size]).await?,
+                    Mode::Mr => {
+                        let part = p.size / rails;
+                        let sends =
+                            group.rails().iter().enumerate().map(|(r, ep)| ep.send(&data[r * part..(r + 1) * part]));
+                        futures_util::future::try_join_all(sends).await?;
+                    }
+                    Mode::Split => group.send(&data[..p.size], &split).await?,
+                    Mode::Test => group.send(&pattern(p.size, i), &split).await?,
+                }
+            }
+            let mut ok = [0u8];
+            group.rails()[0].recv(&mut ok[..]).await?;
+            let secs = start.elapsed().max(Duration::from_nanos(1)).as_secs_f64();
+            let bytes = if p.mode == Mode::Mr { p.size / rails * rails } else { p.size };
+            let mbs = (bytes * iters) as f64 / secs / 1e6;
+            let check = match p.mode {
+                Mode::Test if ok[0] == 1 => " OK",
+                Mode::Test => " FAIL",
+                _ => "",
+            };
+            println!("RESULT {:?} {} {} {} {} {:.0}{check}", p.mode, p.rails, p.stages, p.ratio, p.size, mbs);
+            if check == " FAIL" {
+                return Err(ucx_async::Error::Protocol {
+                    op: "multirail TEST",
+                    detail: format!("bytes differ at {p:?}"),
+                });
+            }
+            results.push((p.clone(), mbs));
+        }
+        // Every point was acknowledged, so nothing is in flight: both ends let go at once.
+        group.rails()[0].send(&[0u8][..]).await?;
+        group.abort();
+    }
+    if let Some(path) = &opts.plot {
+        match std::fs::write(path, svg(&results)) {
+            Ok(()) => println!("# plot written to {path}"),
+            Err(e) => eprintln!("multirail: cannot write {path}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// MB/s against message size (log scale), one line per mode, rail count, stages and ratio.
+fn svg(results: &[(Point, f64)]) -> String {
+    // The plot on the left, the legend (one line per configuration) on the right.
+    let (w, h, m, legend) = (1200.0, 520.0, 70.0, 330.0);
+    let sizes: Vec<f64> = results.iter().map(|(p, _)| (p.size as f64).log2()).collect();
+    let (xmin, xmax) = sizes.iter().fold((f64::MAX, f64::MIN), |(a, b), &s| (a.min(s), b.max(s)));
+    let ymax = results.iter().map(|r| r.1).fold(1.0, f64::max) * 1.1;
+    let x = |s: f64| m + (s - xmin) / (xmax - xmin).max(1.0) * (w - legend - 2.0 * m);
+    let y = |v: f64| h - m - v / ymax * (h - 2.0 * m);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"black\"/>\n\
+         <text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">message size (bytes, log scale)</text>\n\
+         <text x=\"15\" y=\"{cy}\" transform=\"rotate(-90 15 {cy})\" text-anchor=\"middle\">MB/s</text>\n",
+        b = h - m,
+        r = w - legend - m,
+        cx = (w - legend) / 2.0,
+        ly = h - 20.0,
+        cy = h / 2.0
+    );
+    for i in 0..=4 {
+        let v = ymax * f64::from(i) / 4.0;
+        out += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>\n", m - 5.0, y(v) + 4.0);
+    }
+    let mut labels: Vec<String> = Vec::new();
+    for (p, _) in results {
+        let l = label(p);
+        if !labels.contains(&l) {
+            labels.push(l);
+        }
+    }
+    let colours =
+        ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+    for (k, l) in labels.iter().enumerate() {
+        let pts: Vec<String> = results
+            .iter()
+            .filter(|(p, _)| &label(p) == l)
+            .map(|(p, v)| format!("{:.1},{:.1}", x((p.size as f64).log2()), y(*v)))
+            .collect();
+        let c = colours[k % colours.len()];
+        let dash = if k >= colours.len() { " stroke-dasharray=\"4 3\"" } else { "" };
+        out += &format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>\n",
+            pts.join(" ")
+        );
+        let (lx, ly) = (w - legend + 10.0, m + 14.0 * k as f64);
+        out += &format!(
+            "<line x1=\"{lx}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>\n",
+            ly - 4.0,
+            lx + 24.0,
+            ly - 4.0
+        );
+        out += &format!("<text x=\"{}\" y=\"{ly}\" fill=\"{c}\">{l}</text>\n", lx + 30.0);
+    }
+    let mut ticks: Vec<usize> = results.iter().map(|(p, _)| p.size).collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    for size in ticks {
+        out += &format!(
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{size}</text>\n",
+            x((size as f64).log2()),
+            h - m + 15.0
+        );
+    }
+    out + "</svg>\n"
+}
+
+fn label(p: &Point) -> String {
+    match p.mode {
+        Mode::Single => "SINGLE".into(),
+        Mode::Mr => format!("MR {} rails", p.rails),
+        _ => format!("{:?} {} rails, {} stages, ratio {}", p.mode, p.rails, p.stages, p.ratio),
+    }
+}
