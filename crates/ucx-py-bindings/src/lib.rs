@@ -15,6 +15,8 @@
 //! - [`host_pool`]: `HostPool`, receive buffers from host memory that is already backed.
 //! - [`errors`]: UCX failures as UCX-Py's exception classes.
 //! - [`collective`]: the communicator's tags and bootstrap messages for `ucp.collective`.
+//! - [`multirail`]: multi-rail's hello, header, part tags and share arithmetic for
+//!   `ucp.multirail`.
 //! - [`topology`]: `Topology` (ucx-topology: device distances, `UCX_NET_DEVICES` choice).
 //!
 //! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
@@ -31,6 +33,7 @@ mod engine;
 mod errors;
 mod host_pool;
 mod listener;
+mod multirail;
 mod request;
 mod rma;
 mod target;
@@ -57,6 +60,13 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hash64bits_u64, m)?)?;
     m.add_function(wrap_pyfunction!(context::current_options, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_user_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_hello, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_hello_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_header, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_header_len, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_header_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_part_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_own_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_hello, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_hello_decode, m)?)?;

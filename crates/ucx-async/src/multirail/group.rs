@@ -128,9 +128,13 @@ impl RailGroup {
         const OP: &str = "RailGroup::send";
         self.check(OP, split.rails())?;
         let message = self.sent.fetch_add(1, Ordering::Relaxed);
-        let chunks = split.chunks(buf.len() as u64);
-        let (rails, stages) = (self.rails.len() as u16, split.stage_count() as u16);
-        let header = Header { total: buf.len() as u64, rails, stages, chunks: chunks.clone() }.encode();
+        let header = Header {
+            total: buf.len() as u64,
+            stages: split.stage_count() as u16,
+            shares: split.shares(buf.len() as u64),
+        };
+        let chunks = header.chunks();
+        let header = header.encode();
         let guard = AbortOnDrop(self);
         let mut parts = Vec::with_capacity(1 + self.rails.len() * split.stage_count());
         parts.push(self.send_part(0, &header, message, 0));
@@ -159,9 +163,10 @@ impl RailGroup {
             Err(e) => return guard.settle(Err(e)),
         };
         let stages = usize::from(header.stages);
-        let mut parts = Vec::with_capacity(header.chunks.len());
+        let chunks = header.chunks();
+        let mut parts = Vec::with_capacity(chunks.len());
         let mut rest = &mut buf[..header.total as usize];
-        for (i, &len) in header.chunks.iter().enumerate() {
+        for (i, &len) in chunks.iter().enumerate() {
             let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
             rest = tail;
             if len > 0 {
@@ -226,15 +231,14 @@ impl RailGroup {
     }
 
     async fn recv_header(&self, message: u64, room: usize) -> Result<Header> {
-        let stages = ucx_core::wire::multirail::MAX_STAGES;
-        let mut bytes = vec![0u8; Header::len_for(self.rails.len() as u16, stages)];
+        let mut bytes = vec![0u8; Header::len_for(self.rails.len() as u16)];
         let tag = part_tag(self.tags[0].1, message, 0);
         let got = self.rails[0].recv_tag(&mut bytes[..], tag, FULL_MASK).await.map_err(|e| rail_error(0, e))?;
         let header = Header::decode(&bytes[..got]).map_err(|e| protocol(e.to_string()))?;
-        if usize::from(header.rails) != self.rails.len() {
+        if header.shares.len() != self.rails.len() {
             return Err(protocol(format!(
                 "a message split over {} rails, the group has {}",
-                header.rails,
+                header.shares.len(),
                 self.rails.len()
             )));
         }

@@ -1,6 +1,6 @@
 //! How a message is cut over the rails: a share per rail (even, by a ratio, or by weights)
 //! and a number of pipeline stages per rail. Pure arithmetic, no I/O.
-use ucx_core::wire::multirail::{MAX_RAILS, MAX_STAGES};
+use ucx_core::wire::multirail::{self, MAX_RAILS, MAX_STAGES};
 
 use crate::{Error, Result};
 
@@ -59,20 +59,17 @@ impl Split {
         usize::from(self.stages)
     }
 
+    /// Each rail's share of a message of `total` bytes (they add up to `total`; rounding
+    /// leftovers go to the rail with the largest weight). `wire::multirail::shares` does the
+    /// arithmetic, so every language cuts a message the same way.
+    pub fn shares(&self, total: u64) -> Vec<u64> {
+        multirail::shares(&self.weights, total)
+    }
+
     /// Every chunk's length for a message of `total` bytes, rail by rail (stage by stage
-    /// within a rail); they add up to `total`. Rounding leftovers go to the rail with the
-    /// largest weight, and to a rail's first stages.
+    /// within a rail): each share cut into `stages` near-equal chunks.
     pub fn chunks(&self, total: u64) -> Vec<u64> {
-        let sum: f64 = self.weights.iter().sum();
-        let mut shares: Vec<u64> = self.weights.iter().map(|w| ((total as f64) * (w / sum)).floor() as u64).collect();
-        let assigned: u64 = shares.iter().sum();
-        // Float rounding can land either side of `total` by a few bytes; settle on the
-        // heaviest rail (never negative: it holds at least its floor share, which exceeds
-        // the rounding error whenever that error is positive).
-        let heaviest = (0..shares.len()).fold(0, |best, i| if self.weights[i] > self.weights[best] { i } else { best });
-        shares[heaviest] = (shares[heaviest] + total).saturating_sub(assigned);
-        let k = u64::from(self.stages);
-        shares.iter().flat_map(|&s| (0..k).map(move |i| s / k + u64::from(i < s % k))).collect()
+        self.shares(total).into_iter().flat_map(|s| multirail::stage_lengths(s, self.stages)).collect()
     }
 }
 

@@ -6,11 +6,14 @@
 //! | message | fields (little-endian) |
 //! |---|---|
 //! | hello | `b"UCXR"`, `version: u16 = 1`, `group: u64`, `rail: u16`, `rails: u16` (18 bytes) |
-//! | header | `b"UCXR"`, `version: u16 = 1`, `rails: u16`, `stages: u16`, `total: u64`, then `rails × stages` chunk lengths `u64`, rail by rail (stage by stage within a rail) |
+//! | header | `b"UCXR"`, `version: u16 = 1`, `rails: u16`, `stages: u16`, `total: u64`, then each rail's share `u64` (`18 + 8 × rails` bytes) |
 //!
-//! A message's chunks lie in the buffer in the header's order, back to back: rail 0's stages,
-//! then rail 1's. Part 0 of a message is its header (on rail 0); part `s + 1` is stage `s`
-//! (on each rail). [`part_tag`] derives each part's tag from the rail endpoint's own tag.
+//! A header's size depends only on the group's rail count, so a receiver (UCX-Py's `recv`
+//! included, which takes exact sizes) knows it. Each rail's share is cut into `stages` chunks
+//! by [`stage_lengths`]; the chunks lie in the buffer back to back, rail 0's stages first.
+//! Part 0 of a message is its header (on rail 0); part `s + 1` is stage `s` (on each rail).
+//! [`part_tag`] derives each part's tag from the rail endpoint's own tag. [`shares`] is how a
+//! sender cuts a message by weights, here so that every language cuts it the same way.
 
 use super::WireError;
 
@@ -63,41 +66,39 @@ impl Hello {
     }
 }
 
-/// How one message is split: its size and every chunk's length.
+/// How one message is split: its size, each rail's share and the chunks per rail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
-    /// The message's size in bytes (the sum of the chunks).
+    /// The message's size in bytes (the sum of the shares).
     pub total: u64,
-    /// The number of rails.
-    pub rails: u16,
     /// Chunks per rail.
     pub stages: u16,
-    /// `rails × stages` lengths, rail by rail.
-    pub chunks: Vec<u64>,
+    /// Each rail's share in bytes, rail 0 first (as many as the group has rails).
+    pub shares: Vec<u64>,
 }
 
 impl Header {
-    /// The size of a header for `rails` rails and `stages` stages.
-    pub fn len_for(rails: u16, stages: u16) -> usize {
-        HEAD + 12 + 8 * usize::from(rails) * usize::from(stages)
+    /// The size of a header for `rails` rails.
+    pub fn len_for(rails: u16) -> usize {
+        HEAD + 12 + 8 * usize::from(rails)
     }
 
     /// The message's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(Header::len_for(self.rails, self.stages));
+        let mut out = Vec::with_capacity(Header::len_for(self.shares.len() as u16));
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&self.rails.to_le_bytes());
+        out.extend_from_slice(&(self.shares.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.stages.to_le_bytes());
         out.extend_from_slice(&self.total.to_le_bytes());
-        for c in &self.chunks {
+        for c in &self.shares {
             out.extend_from_slice(&c.to_le_bytes());
         }
         out
     }
 
     /// Decodes a header. Checked: the counts are in range, the length matches them, and the
-    /// chunks add up to `total` without overflow.
+    /// shares add up to `total` without overflow.
     pub fn decode(bytes: &[u8]) -> Result<Header, WireError> {
         const WHAT: &str = "multi-rail header";
         let body = check_head(WHAT, bytes)?;
@@ -108,17 +109,44 @@ impl Header {
         if rails == 0 || rails > MAX_RAILS || stages == 0 || stages > MAX_STAGES {
             return Err(WireError::Malformed { what: WHAT, why: "rail or stage count out of range" });
         }
-        let expected = Header::len_for(rails, stages);
+        let expected = Header::len_for(rails);
         if bytes.len() != expected {
             return Err(WireError::BadLength { what: WHAT, expected, got: bytes.len() });
         }
-        let chunks: Vec<u64> = body[12..].chunks_exact(8).map(|c| u64_at(c, 0)).collect();
-        let sum = chunks.iter().try_fold(0u64, |acc, &c| acc.checked_add(c));
+        let shares: Vec<u64> = body[12..].chunks_exact(8).map(|c| u64_at(c, 0)).collect();
+        let sum = shares.iter().try_fold(0u64, |acc, &c| acc.checked_add(c));
         if sum != Some(total) {
-            return Err(WireError::Malformed { what: WHAT, why: "chunk lengths do not add up to the total" });
+            return Err(WireError::Malformed { what: WHAT, why: "shares do not add up to the total" });
         }
-        Ok(Header { total, rails, stages, chunks })
+        Ok(Header { total, stages, shares })
     }
+
+    /// Every chunk's length, rail by rail (stage by stage within a rail).
+    pub fn chunks(&self) -> Vec<u64> {
+        self.shares.iter().flat_map(|&s| stage_lengths(s, self.stages)).collect()
+    }
+}
+
+/// A rail's share cut into `stages` chunks: equal, the first `share % stages` one byte longer.
+pub fn stage_lengths(share: u64, stages: u16) -> impl Iterator<Item = u64> {
+    let k = u64::from(stages.max(1));
+    (0..k).map(move |i| share / k + u64::from(i < share % k))
+}
+
+/// `total` bytes cut by `weights` (finite, non-negative, not all zero: the caller checks):
+/// each rail's floor share, and what rounding leaves over to the heaviest rail (the first
+/// of equals). The shares add up to `total`.
+pub fn shares(weights: &[f64], total: u64) -> Vec<u64> {
+    let sum: f64 = weights.iter().sum();
+    let mut out: Vec<u64> = weights.iter().map(|w| ((total as f64) * (w / sum)).floor() as u64).collect();
+    let assigned: u64 = out.iter().sum();
+    let heaviest = (0..weights.len()).fold(0, |best, i| if weights[i] > weights[best] { i } else { best });
+    if let Some(h) = out.get_mut(heaviest) {
+        // Float rounding can land a few bytes either side of `total`; the heaviest rail's
+        // floor share exceeds that error whenever it is positive.
+        *h = (*h + total).saturating_sub(assigned);
+    }
+    out
 }
 
 /// The tag of part `part` (0: the header, `s + 1`: stage `s`) of message `message` on a rail
@@ -172,17 +200,37 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_checks() {
-        let h = Header { total: 10, rails: 2, stages: 2, chunks: vec![3, 2, 5, 0] };
+        let h = Header { total: 10, stages: 2, shares: vec![5, 5] };
         let bytes = h.encode();
-        assert_eq!(bytes.len(), Header::len_for(2, 2));
+        assert_eq!(bytes.len(), Header::len_for(2));
+        assert_eq!(&bytes[..10], b"UCXR\x01\x00\x02\x00\x02\x00");
         assert_eq!(Header::decode(&bytes), Ok(h.clone()));
+        assert_eq!(h.chunks(), vec![3, 2, 3, 2]);
         let lie = Header { total: 11, ..h.clone() }.encode();
-        assert!(Header::decode(&lie).is_err(), "chunks that do not add up");
-        let overflow = Header { total: 1, rails: 1, stages: 2, chunks: vec![u64::MAX, 2] }.encode();
+        assert!(Header::decode(&lie).is_err(), "shares that do not add up");
+        let overflow = Header { total: 1, stages: 2, shares: vec![u64::MAX, 2] }.encode();
         assert!(Header::decode(&overflow).is_err());
         assert!(Header::decode(&bytes[..bytes.len() - 1]).is_err());
-        let none = Header { total: 0, rails: 0, stages: 1, chunks: vec![] }.encode();
+        let none = Header { total: 0, stages: 1, shares: vec![] }.encode();
         assert!(Header::decode(&none).is_err());
+        let no_stages = Header { total: 0, stages: 0, shares: vec![0] }.encode();
+        assert!(Header::decode(&no_stages).is_err());
+    }
+
+    #[test]
+    fn shares_add_up_and_follow_the_weights() {
+        for total in [0u64, 1, 7, 1000, (256 << 20) + 13] {
+            for w in
+                [&[1.0][..], &[1.0, 1.0, 1.0], &[0.25, 0.25, 0.25, 0.25], &[0.5, 0.5], &[0.0, 1.0], &[1.0, 2.0, 3.0]]
+            {
+                let s = shares(w, total);
+                assert_eq!(s.iter().sum::<u64>(), total, "{w:?} {total}");
+                assert_eq!(s.len(), w.len());
+            }
+        }
+        assert_eq!(shares(&[0.25, 0.25, 0.25, 0.25], 4000), vec![1000; 4]);
+        assert_eq!(shares(&[1.0, 0.0], 10), vec![10, 0]);
+        assert_eq!(stage_lengths(10, 3).collect::<Vec<_>>(), vec![4, 3, 3]);
     }
 
     #[test]

@@ -1,0 +1,204 @@
+"""ucp.multirail over real UCX on loopback: messages from 0 B to 8 MiB at each rail count,
+ratio, weights and stage count arrive intact and in order; bad splits and crossed rails are
+refused by name; a failed rail fails the message on both sides without a hang; a receive
+cancelled midway aborts the group. The protocol is ucx-async's (bytes from ucx-core): a Rust
+peer process checks a Python group's bytes in ``test_python_group_talks_to_rust``."""
+import asyncio
+import os
+import subprocess
+
+import pytest
+
+import ucp
+from conftest import run
+from ucp.multirail import RailGroup, RailListener
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pattern(n, seed):
+    return bytes((i * 31 ^ seed ^ (i >> 12)) & 0xFF for i in range(n)) if n < 4096 else _big(n, seed)
+
+
+def _big(n, seed):
+    block = bytes((i * 31 ^ seed) & 0xFF for i in range(4096))
+    return (block * (n // 4096 + 1))[:n]
+
+
+async def group_pair(rails):
+    listener = RailListener(rails)
+    client, server = await asyncio.gather(
+        RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
+    )
+    return listener, client, server
+
+
+async def transfer(a, b, data, **split):
+    got = bytearray(len(data) + 3)
+    got[len(data) :] = b"\xee" * 3
+    _, n = await asyncio.gather(a.send(data, **split), b.recv(got))
+    assert n == len(data)
+    assert got[: len(data)] == data, f"bytes differ at {len(data)} bytes with {split}"
+    assert got[len(data) :] == b"\xee" * 3, "written past the message"
+
+
+def test_every_size_split_and_stage_count_arrives_intact(progress_mode):
+    async def main():
+        for rails in (1, 2, 3):
+            listener, a, b = await group_pair(rails)
+            splits = [{}, {"stages": 3}]
+            if rails > 1:
+                splits += [{"ratio": 0.0}, {"ratio": 0.75, "stages": 2}, {"ratio": 1.0}]
+                splits += [{"weights": list(range(1, rails + 1)), "stages": 2}]
+            for split in splits:
+                for size in (0, 1, 7, 65_537, 1 << 20, 8 << 20):
+                    await transfer(a, b, pattern(size, size % 251), **split)
+            await transfer(b, a, pattern(3 << 20, 9), stages=2)  # the other way
+            a.abort()
+            b.abort()
+            listener.close()
+
+    run(main(), timeout=120)
+
+
+def test_messages_arrive_in_order_while_sends_overlap(fresh_ucp):
+    async def main():
+        listener, a, b = await group_pair(2)
+        msgs = [pattern(100_000 * (i + 1), i) for i in range(6)]
+
+        async def receive_all():
+            out = []
+            for m in msgs:
+                got = bytearray(len(m))
+                assert await b.recv(got) == len(m)
+                out.append(bytes(got))
+            return out
+
+        _, got = await asyncio.gather(asyncio.gather(*(a.send(m, stages=2) for m in msgs)), receive_all())
+        assert got == msgs
+        a.abort()
+        b.abort()
+        listener.close()
+
+    run(main())
+
+
+def test_bad_input_is_refused_with_the_reason(fresh_ucp):
+    async def main():
+        listener, a, b = await group_pair(2)
+        with pytest.raises(ValueError, match="split ratio 1.5"):
+            await a.send(b"x", ratio=1.5)
+        with pytest.raises(ValueError, match="3 weights for a group of 2 rails"):
+            await a.send(b"x", weights=[1, 1, 1])
+        with pytest.raises(ValueError, match="stages"):
+            await a.send(b"x", stages=0)
+        # A message bigger than the buffer: refused by name, and the group aborted.
+        small = bytearray(100)
+        send = asyncio.ensure_future(a.send(pattern(10_000, 1)))
+        with pytest.raises(ValueError, match="a message of 10000 bytes does not fit the 100-byte buffer"):
+            await b.recv(small)
+        with pytest.raises(ucp.exceptions.UCXError, match="aborted or closed"):
+            await b.recv(small)
+        await asyncio.wait_for(asyncio.gather(send, return_exceptions=True), 10)
+        a.abort()
+        listener.close()
+        with pytest.raises(ValueError, match="0 rails"):
+            RailGroup([])
+
+    run(main())
+
+
+def test_crossed_rails_are_refused(fresh_ucp):
+    async def main():
+        listener = RailListener(2)
+        crossed = [("127.0.0.1", p) for p in reversed(listener.ports)]
+        client = await RailGroup.connect(crossed)
+        # Neither rail names its listener's rail: no group is ever complete.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(listener.accept(), 1.0)
+        client.abort()
+        listener.close()
+
+    run(main())
+
+
+def test_a_failed_rail_fails_the_message_on_both_sides(progress_mode):
+    async def main():
+        listener, a, b = await group_pair(2)
+        data = pattern(64 << 20, 5)
+        got = bytearray(len(data))
+
+        async def fail():
+            await asyncio.sleep(0.02)
+            b.rails[1].abort()
+
+        sent, received, _ = await asyncio.gather(
+            a.send(data, stages=4), b.recv(got), fail(), return_exceptions=True
+        )
+        assert isinstance(received, ucp.exceptions.UCXBaseException), received
+        assert "rail 1" in str(received) or "rail 0" in str(received), received
+        assert sent is None or isinstance(sent, ucp.exceptions.UCXBaseException), sent
+        with pytest.raises(ucp.exceptions.UCXError, match="aborted or closed"):
+            await b.recv(got)
+        later = await asyncio.wait_for(asyncio.gather(a.send(data), return_exceptions=True), 10)
+        assert isinstance(later[0], ucp.exceptions.UCXBaseException), later
+        listener.close()
+
+    run(main(), timeout=60)
+
+
+def test_a_receive_cancelled_midway_aborts_the_group(fresh_ucp):
+    async def main():
+        listener, a, b = await group_pair(2)
+        data = pattern(32 << 20, 6)
+        got = bytearray(len(data))
+        send = asyncio.ensure_future(a.send(data, stages=2))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(b.recv(got), 0.005)
+        with pytest.raises(ucp.exceptions.UCXError, match="aborted or closed"):
+            await b.recv(got)
+        await asyncio.wait_for(asyncio.gather(send, return_exceptions=True), 10)
+        a.abort()
+        listener.close()
+
+    run(main())
+
+
+def _rust_pattern(n, seed):
+    """examples/multirail.rs's `pattern`: byte i is (i*131 ^ seed ^ (i >> 10)) mod 256."""
+    return bytes((i * 131 ^ seed ^ (i >> 10)) & 0xFF for i in range(n))
+
+
+def test_python_group_talks_to_rust(fresh_ucp):
+    """A Python RailGroup sends to the Rust multirail example's TEST-mode peer (a separate
+    process checking every byte) and receives its acknowledgements: the same header, tags and
+    split arithmetic on both sides."""
+    subprocess.run(["cargo", "build", "-q", "-p", "ucx-async", "--example", "multirail"], cwd=ROOT, check=True)
+    exe = os.path.join(ROOT, "target", "debug", "examples", "multirail")
+    sizes, iters = [0, 65_537, 1_000_000], 2
+    args = ["--serve", "--modes", "TEST", "--rails", "2", "--stages", "2", "--ratios", "0.5"]
+    args += ["--sizes", ",".join(map(str, sizes)), "--iters", str(iters)]
+    env = dict(os.environ, UCX_NET_DEVICES="lo")
+    peer = subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        line = peer.stdout.readline()
+        assert line.startswith("PORT "), (line, peer.stderr.read() if peer.poll() is not None else "")
+        ports = [int(p) for p in line.split()[1].split(",")]
+
+        async def main():
+            group = await RailGroup.connect([("127.0.0.1", p) for p in ports])
+            for size in sizes:
+                for i in range(iters + 1):  # the example's warm-up, then its iterations
+                    await group.send(_rust_pattern(size, i), ratio=0.5, stages=2)
+                ok = bytearray(1)
+                await group.rails[0].recv(ok)
+                assert ok == b"\x01", f"the Rust peer found different bytes at {size} bytes"
+            await group.rails[0].send(b"\x00")  # goodbye: the peer lets go
+            group.abort()
+
+        run(main(), timeout=60)
+        assert peer.wait(30) == 0, peer.stderr.read()
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+            peer.wait()
