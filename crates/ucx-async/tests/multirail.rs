@@ -24,20 +24,9 @@ fn workers(rails: usize) -> Vec<Worker> {
 }
 
 /// Runs `accepting(group)` on a thread and runtime of its own, with `rails` listeners, and
-/// `connecting(group)` here once connected to them; returns both results.
-async fn run<A, AF, C, CF, TA, TC>(rails: usize, accepting: A, connecting: C) -> (TA, TC)
-where
-    A: FnOnce(Result<RailGroup, Error>) -> AF + Send + 'static,
-    AF: Future<Output = TA>,
-    TA: Send + 'static,
-    C: FnOnce(Result<RailGroup, Error>) -> CF,
-    CF: Future<Output = TC>,
-{
-    run_with(rails, |addrs| addrs, accepting, connecting).await
-}
-
-/// [`run`], the connecting side dialling `route(listener addresses)` instead.
-async fn run_with<A, AF, C, CF, TA, TC>(
+/// `connecting(group)` here once connected to `route(their addresses)` (rail i to listener i
+/// unless `route` reorders them); returns both results.
+async fn run<A, AF, C, CF, TA, TC>(
     rails: usize,
     route: impl FnOnce(Vec<SocketAddr>) -> Vec<SocketAddr>,
     accepting: A,
@@ -108,6 +97,7 @@ async fn every_size_ratio_and_stage_count_arrives_intact() {
     for rails in [1usize, 2, 4] {
         let (n, ()) = run(
             rails,
+            std::convert::identity,
             move |g| async move {
                 let g = g.unwrap();
                 for (_, size, seed) in sweep(rails) {
@@ -136,6 +126,7 @@ async fn messages_are_received_in_order_while_sends_overlap() {
     let expected = msgs.clone();
     run(
         2,
+        std::convert::identity,
         move |g| async move {
             let g = g.unwrap();
             for m in &expected {
@@ -155,6 +146,7 @@ async fn messages_are_received_in_order_while_sends_overlap() {
 async fn bad_input_is_refused_with_the_reason() {
     let (e, ()) = run(
         2,
+        std::convert::identity,
         |g| async move {
             let g = g.unwrap();
             // A message bigger than the receive buffer: refused by name, and the group
@@ -180,7 +172,7 @@ async fn bad_input_is_refused_with_the_reason() {
 #[tokio::test(flavor = "current_thread")]
 async fn rails_in_the_wrong_order_are_refused() {
     // Rail 0 dials rail 1's listener and the other way round.
-    let (e, _) = run_with(
+    let (e, _) = run(
         2,
         |mut a| {
             a.swap(0, 1);
@@ -201,6 +193,7 @@ async fn a_failed_rail_fails_the_message_on_both_sides() {
     let split = Split::even(2).unwrap().stages(4).unwrap();
     let (received, sent) = run(
         2,
+        std::convert::identity,
         |g| async move {
             let g = g.unwrap();
             let mut got = vec![0u8; 64 << 20];
@@ -234,6 +227,7 @@ async fn a_receive_dropped_midway_aborts_the_group() {
     let data = pattern(32 << 20, 6);
     let (e, _) = run(
         2,
+        std::convert::identity,
         |g| async move {
             let g = g.unwrap();
             let mut got = vec![0u8; 32 << 20];
