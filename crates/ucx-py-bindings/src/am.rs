@@ -87,13 +87,15 @@ fn route_to(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome, ar
             Some(t) if t.is_abandoned(py) => continue,
             Some(t) => {
                 // A waiter on another loop may be cancelled before its loop takes the message.
-                let engine = engine.weak();
-                let undelivered: Undelivered = Box::new(move |py, obj| {
-                    if let Some(engine) = engine.upgrade() {
-                        requeue(&engine, py, handle, obj);
-                    }
-                });
-                return t.resolve_or(py, outcome, Some(undelivered));
+                let undelivered = || {
+                    let engine = engine.weak();
+                    Some(Box::new(move |py: Python<'_>, obj| {
+                        if let Some(engine) = engine.upgrade() {
+                            requeue(&engine, py, handle, obj);
+                        }
+                    }) as Undelivered)
+                };
+                return t.resolve_or(py, outcome, undelivered);
             }
             None => {
                 let mut am = lock(&engine.am);

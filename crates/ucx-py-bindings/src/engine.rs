@@ -107,7 +107,13 @@ pub(crate) enum Sink {
 impl Sink {
     /// Delivers `outcome`; a received value whose future was cancelled meanwhile goes to
     /// `undelivered`.
-    fn deliver(self, engine: &Engine, py: Python<'_>, outcome: Outcome, undelivered: Option<Undelivered>) {
+    fn deliver(
+        self,
+        engine: &Engine,
+        py: Python<'_>,
+        outcome: Outcome,
+        undelivered: impl FnOnce() -> Option<Undelivered>,
+    ) {
         match self {
             Sink::Target(t) => t.resolve_or(py, outcome, undelivered),
             Sink::AmRoute(handle) => crate::am::route(engine, py, handle, outcome),
@@ -150,7 +156,7 @@ pub(crate) struct EpShared {
     /// The failure UCX reported for the peer, kept after the endpoint is closed.
     pub(crate) failure: Mutex<Option<Status>>,
     /// Why we closed the endpoint ourselves, when it was not the caller's `close()`; later
-    /// operations raise `UCXCloseError` with it.
+    /// operations raise `UCXEndpointClosed` with it.
     pub(crate) closed_because: Mutex<Option<&'static str>>,
     /// Set when this side began closing (`Endpoint.close` telling the peer first): the reset
     /// the peer answers with is our close, not a failure of the peer.
@@ -316,7 +322,7 @@ impl Engine {
     pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, mut owned: Owned<B>, sink: Sink, meta: Meta) {
         let (id, finished) = self.first_poll(&mut owned);
         match finished {
-            Some(r) => sink.deliver(self, py, outcome(py, r, &meta), None),
+            Some(r) => sink.deliver(self, py, outcome(py, r, &meta), || None),
             None => self.keep(py, id, owned, sink, meta),
         }
     }
@@ -467,20 +473,27 @@ impl Engine {
                 // its own loop before the hand-over ran) is lost to them: the endpoint it came
                 // on is closed, so the next receive fails clearly instead of silently getting
                 // the message after.
-                let undelivered = op.meta.ep.filter(|_| op.meta.expect_len.is_some()).map(|key| {
-                    let engine = self.weak();
-                    Box::new(move |py: Python<'_>, _: Py<PyAny>| {
-                        if let Some(engine) = engine.upgrade() {
-                            engine.close_for_lost_message(py, key);
+                let receive_on = op.meta.ep.filter(|_| op.meta.expect_len.is_some());
+                let undelivered = || {
+                    receive_on.map(|key| {
+                        let engine = self.weak();
+                        Box::new(move |py: Python<'_>, _: Py<PyAny>| {
+                            if let Some(engine) = engine.upgrade() {
+                                engine.close_for_lost_message(py, key);
+                            }
+                        }) as Undelivered
+                    })
+                };
+                let out = match r {
+                    // An operation UCX itself failed while we were closing its endpoint (the
+                    // peer answering our close with a reset) failed because of our close.
+                    Err(e) => {
+                        match op.ended_by.or_else(|| op.meta.ep.filter(|k| self.is_closing(*k)).map(|_| End::Closed)) {
+                            Some(end) => Err(end.error(py, format!("<{}>: {}", op.meta.name.render(), end.why()))),
+                            None => outcome(py, Err(e), &op.meta),
                         }
-                    }) as Undelivered
-                });
-                // An operation UCX itself failed while we were closing its endpoint (the peer
-                // answering our close with a reset) failed because of our close.
-                let ended_by = op.ended_by.or_else(|| op.meta.ep.filter(|k| self.is_closing(*k)).map(|_| End::Closed));
-                let out = match (ended_by, r) {
-                    (Some(end), Err(_)) => Err(end.error(py, format!("<{}>: {}", op.meta.name.render(), end.why()))),
-                    (_, r) => outcome(py, r, &op.meta),
+                    }
+                    ok => outcome(py, ok, &op.meta),
                 };
                 op.sink.deliver(self, py, out, undelivered);
             }
@@ -490,8 +503,9 @@ impl Engine {
         }
     }
 
-    /// Cancels every operation registered on endpoint `key`. Their futures fail with
-    /// `UCXCanceled` once UCX reports the cancellation (a drain later). Returns how many.
+    /// Cancels every operation registered on endpoint `key` because it ended (`end`). Their
+    /// futures fail with that end's exception once UCX reports the cancellation (a drain
+    /// later). Returns how many.
     pub(crate) fn cancel_ops_of(&self, key: u64, end: End) -> u64 {
         let mut ops = lock(&self.ops);
         let mut n = 0;
@@ -535,7 +549,7 @@ impl Engine {
         };
         for op in stuck {
             let msg = format!("<{}>: {} before UCX finished this", op.meta.name.render(), end.why());
-            op.sink.deliver(self, py, Err(end.error(py, msg)), None);
+            op.sink.deliver(self, py, Err(end.error(py, msg)), || None);
         }
     }
 
@@ -588,7 +602,7 @@ impl Engine {
         // What UCX would not cancel is dropped: its buffer stays alive until UCX lets go.
         let rest = std::mem::take(&mut *lock(&self.ops));
         for (_, op) in rest {
-            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")), None);
+            op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")), || None);
         }
     }
 }

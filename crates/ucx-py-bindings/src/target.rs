@@ -65,13 +65,19 @@ impl Target {
     /// Delivers `outcome`. Errors raised by the receiver (a closed loop, a callback that
     /// raises) are reported as unraisable: nobody is waiting to catch them here.
     pub(crate) fn resolve(self, py: Python<'_>, outcome: Outcome) {
-        self.resolve_or(py, outcome, None);
+        self.resolve_or(py, outcome, || None);
     }
 
-    /// [`Target::resolve`], handing a value to `undelivered` if its future turns out to be
-    /// cancelled when the value arrives. From another thread that is known only once the
-    /// future's loop runs the hand-over, after this returns.
-    pub(crate) fn resolve_or(self, py: Python<'_>, outcome: Outcome, undelivered: Option<Undelivered>) {
+    /// [`Target::resolve`], handing a value to the handler `undelivered()` makes if its
+    /// future turns out to be cancelled when the value arrives. From another thread that is
+    /// known only once the future's loop runs the hand-over, after this returns. The handler
+    /// is made only when it may be needed (no allocation on the common path).
+    pub(crate) fn resolve_or(
+        self,
+        py: Python<'_>,
+        outcome: Outcome,
+        undelivered: impl FnOnce() -> Option<Undelivered>,
+    ) {
         let res = match self {
             Target::Callback(cb) => {
                 let (value, exc) = split(py, outcome);
@@ -97,7 +103,7 @@ fn resolve_future(
     fut: Py<PyAny>,
     event_loop: Py<PyAny>,
     outcome: Outcome,
-    undelivered: Option<Undelivered>,
+    undelivered: impl FnOnce() -> Option<Undelivered>,
 ) -> PyResult<()> {
     let peek = PEEK_RUNNING_LOOP
         .get_or_try_init(py, || py.import("asyncio").and_then(|m| m.getattr("_get_running_loop")).map(Bound::unbind))?;
@@ -108,11 +114,11 @@ fn resolve_future(
     } else {
         // Another thread's loop: hand the result over; ignore a loop that has closed. The
         // caller may cancel the future before its loop runs the hand-over.
-        let undelivered = Arc::new(Mutex::new(undelivered));
+        let undelivered = Arc::new(Mutex::new(undelivered()));
         let for_setter = undelivered.clone();
         let setter = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
             let undelivered = lock(&for_setter).take();
-            set_or(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?, undelivered)
+            set_or(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?, || undelivered)
         })?;
         let (value_, exc_) = (value.clone_ref(py), exc.clone_ref(py));
         match event_loop.bind(py).call_method1("call_soon_threadsafe", (setter, fut, value, exc)) {
@@ -135,11 +141,11 @@ fn set_or(
     fut: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
     exc: &Bound<'_, PyAny>,
-    undelivered: Option<Undelivered>,
+    undelivered: impl FnOnce() -> Option<Undelivered>,
 ) -> PyResult<()> {
     let py = fut.py();
     if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
-        if let Some(undelivered) = undelivered.filter(|_| exc.is_none()) {
+        if let Some(undelivered) = if exc.is_none() { undelivered() } else { None } {
             undelivered(py, value.clone().unbind());
         }
         return Ok(());
