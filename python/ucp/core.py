@@ -584,20 +584,20 @@ class Endpoint:
         """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
         endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
         tag = self._tag("msg_send", tag, force_tag)
-        return await self._sent(lambda: self._post_send(buffer, tag, _inline_spin_us()))
-
-    async def _sent(self, post):
-        """Posts sends with ``post()`` (their future, or ``None`` if finished at once) and waits
-        for them. A cancel is an error only if this endpoint was aborted meanwhile (as in
-        UCX-Py) or its peer failed (UCX-Py returned then as if the send had succeeded)."""
         try:
-            fut = post()
+            fut = self._post_send(buffer, tag, _inline_spin_us())
             if fut is None:
                 return True
             return await fut
         except UCXCanceled as e:
-            if self._ep is None or isinstance(e, UCXPeerFailure):
+            if self._cancel_is_an_error(e):
                 raise e
+
+    def _cancel_is_an_error(self, e):
+        """Whether a send's ``UCXCanceled`` is the caller's news: when this endpoint was
+        aborted meanwhile (as in UCX-Py) or its peer failed (UCX-Py returned then as if the
+        send had succeeded)."""
+        return self._ep is None or isinstance(e, UCXPeerFailure)
 
     async def recv(self, buffer, tag=None, force_tag=False):
         """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
@@ -712,7 +712,11 @@ class Endpoint:
         # Both posted before the first wait: a cancel between them would leave the peer a size
         # without its object. (UCX finishes a posted send whatever the caller does.)
         tag = self._tag("msg_send", tag, False)
-        await self._sent(lambda: _post_all(self._post_send(b, tag, 0) for b in (nbytes, obj)))
+        try:
+            await _gather_posted(self._post_send(b, tag, 0) for b in (nbytes, obj))
+        except UCXCanceled as e:
+            if self._cancel_is_an_error(e):
+                raise e
 
     async def recv_obj(self, tag=None, allocator=bytearray, max_size=None):
         """Receives an object sent with ``send_obj`` into ``allocator(size)``; a size above

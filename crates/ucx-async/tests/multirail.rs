@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ucx_async::core::Context;
-use ucx_async::{Error, Listener, ProgressMode, RailGroup, Split, Worker};
+use ucx_async::{Endpoint, Error, Listener, ProgressMode, RailGroup, Split, Worker};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -40,6 +40,7 @@ where
     CF: Future<Output = TC>,
 {
     let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
@@ -48,16 +49,29 @@ where
                 ws.iter().map(|w| Listener::bind(w, "127.0.0.1:0".parse().unwrap()).unwrap()).collect();
             tx.send(listeners.iter().map(Listener::local_addr).collect::<Vec<_>>()).unwrap();
             let group = RailGroup::accept(&listeners).await;
-            tokio::time::timeout(LIMIT, accepting(group)).await.expect("the accepting side finishes")
+            let keep = open_rails(&group);
+            let out = tokio::time::timeout(LIMIT, accepting(group)).await.expect("the accepting side finishes");
+            let _ = done_rx.await;
+            drop(keep);
+            out
         })
     });
     let addrs = route(rx.recv().unwrap());
     let ws = workers(rails);
     let dial: Vec<_> = ws.iter().zip(addrs).collect();
     let group = RailGroup::connect(&dial).await;
+    let keep = open_rails(&group);
     let mine = tokio::time::timeout(LIMIT, connecting(group)).await.expect("the connecting side finishes");
+    let _ = done_tx.send(());
     let theirs = tokio::task::spawn_blocking(move || server.join()).await.unwrap().expect("no panic on the other side");
+    drop(keep);
     (theirs, mine)
+}
+
+/// Clones of a group's rails, held until both sides are done: a side that finishes first
+/// (its last send complete) must not close the connection the other is still reading from.
+fn open_rails(group: &Result<RailGroup, Error>) -> Vec<Endpoint> {
+    group.as_ref().map(|g| g.rails().to_vec()).unwrap_or_default()
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
