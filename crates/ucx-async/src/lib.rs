@@ -12,7 +12,8 @@
 //! - [`collective`]: [`Communicator`] over N ranks (bootstrap, messages by rank, `barrier`,
 //!   `allgather`, `alltoallv`) and [`Launch`], the launcher's variables.
 //! - [`multirail`]: [`RailGroup`], one connection over several endpoints (rails, each on its
-//!   own worker and devices), and [`Split`], how a message is cut over them (shares, stages).
+//!   own worker and devices), [`RailListener`], which accepts groups from many clients, and
+//!   [`Split`], how a message is cut over them (shares, stages).
 //! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
 //!   handshake timeout, protocol violation, or UCX's own error); [`Result`].
 //!
@@ -38,7 +39,7 @@ pub use endpoint::{ConnectOptions, Endpoint, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Result};
 pub use handshake::Tags;
 pub use listener::{Incoming, Listener};
-pub use multirail::{RailGroup, Split};
+pub use multirail::{RailGroup, RailListener, Split};
 pub use reactor::ProgressMode;
 pub use ucx_core as core;
 pub use ucx_core::wire::Flavour;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ucx_async::core::Context;
-use ucx_async::{Endpoint, Error, Listener, ProgressMode, RailGroup, Split, Worker};
+use ucx_async::{Endpoint, Error, Listener, ProgressMode, RailGroup, RailListener, Split, Worker};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -257,4 +257,50 @@ async fn a_receive_dropped_midway_aborts_the_group() {
     )
     .await;
     assert!(matches!(e, Error::Closed { .. }), "{e}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rail_listener_assembles_groups_from_clients_connecting_at_once() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    // The server: a RailListener; each group echoes one message back on itself.
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let ws = workers(2);
+            let mut listener = RailListener::bind(&[&ws[0], &ws[1]], "127.0.0.1:0".parse().unwrap()).unwrap();
+            tx.send(listener.local_addrs()).unwrap();
+            let mut keep = Vec::new();
+            for _ in 0..3 {
+                let g = tokio::time::timeout(LIMIT, listener.accept()).await.expect("a group").unwrap();
+                let mut buf = vec![0u8; 1 << 20];
+                let n = g.recv(&mut buf).await.unwrap();
+                g.send(&buf[..n], &Split::even(2).unwrap().stages(2).unwrap()).await.unwrap();
+                keep.push(g);
+            }
+            let _ = done_rx.await;
+        })
+    });
+    let addrs = rx.recv().unwrap();
+    // A stray connection that says nothing useful must not stop the listener.
+    let stray_worker = workers(1);
+    let stray = ucx_async::Endpoint::connect(&stray_worker[0], addrs[1]).await.unwrap();
+    stray.send(&b"not a hello at all"[..]).await.unwrap();
+    // Three clients whose rails connect interleaved.
+    let ws: Vec<Vec<Worker>> = (0..3).map(|_| workers(2)).collect();
+    let clients = ws.iter().enumerate().map(|(k, w)| {
+        let addrs = addrs.clone();
+        async move {
+            let dial = [(&w[0], addrs[0]), (&w[1], addrs[1])];
+            let g = RailGroup::connect(&dial).await.unwrap();
+            let mine = pattern(300_000 + k * 1000, k as u64);
+            g.send(&mine, &Split::ratio(2, 0.5).unwrap()).await.unwrap();
+            expect(&g, &mine).await; // its own bytes back: the server paired its rails
+            g
+        }
+    });
+    let groups = tokio::time::timeout(LIMIT, futures_util::future::join_all(clients)).await.expect("no hang");
+    let _ = done_tx.send(());
+    tokio::task::spawn_blocking(move || server.join()).await.unwrap().expect("no panic on the server");
+    drop(groups);
 }

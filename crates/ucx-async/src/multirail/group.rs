@@ -56,29 +56,13 @@ impl RailGroup {
 
     /// Accepts one group: a connection on each listener (rail `i` on `listeners[i]`, all at
     /// once), each introducing itself as rail `i` of the same group. A connection that does
-    /// not is refused with [`Error::Protocol`].
+    /// not is refused with [`Error::Protocol`]. For one client at a time; a server that many
+    /// clients connect to at once uses [`super::RailListener`].
     pub async fn accept(listeners: &[Listener]) -> Result<RailGroup> {
         let n = rail_count(listeners.len())?;
         let accepted = try_join_all(listeners.iter().enumerate().map(|(i, listener)| async move {
             let ep = listener.accept().await.map_err(|e| rail_error(i, e))?;
-            let mut hello = [0u8; HELLO_LEN];
-            match tokio::time::timeout(DEFAULT_CONNECT_TIMEOUT, ep.recv(&mut hello[..])).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(rail_error(i, e)),
-                Err(_) => {
-                    ep.abort();
-                    return Err(protocol(format!("rail {i}: no hello within {DEFAULT_CONNECT_TIMEOUT:?}")));
-                }
-            }
-            let hello = Hello::decode(&hello).map_err(|e| protocol(format!("rail {i}: {e}")))?;
-            if usize::from(hello.rail) != i || hello.rails != n {
-                ep.abort();
-                return Err(protocol(format!(
-                    "rail {i}: the connection says it is rail {} of {}, expected rail {i} of {n}",
-                    hello.rail, hello.rails
-                )));
-            }
-            Ok((ep, hello.group))
+            introduced(i, n, ep).await
         }))
         .await?;
         let group = accepted[0].1;
@@ -271,7 +255,37 @@ impl Drop for AbortOnDrop<'_> {
     }
 }
 
-fn rail_count(n: usize) -> Result<u16> {
+/// Reads the hello of an endpoint accepted as rail `rail` of `rails` and checks it names that
+/// rail; returns the endpoint and its group. An endpoint that does not is aborted.
+pub(super) async fn introduced(rail: usize, rails: u16, ep: Endpoint) -> Result<(Endpoint, u64)> {
+    let mut hello = [0u8; HELLO_LEN];
+    match tokio::time::timeout(DEFAULT_CONNECT_TIMEOUT, ep.recv(&mut hello[..])).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(rail_error(rail, e)),
+        Err(_) => {
+            ep.abort();
+            return Err(protocol(format!("rail {rail}: no hello within {DEFAULT_CONNECT_TIMEOUT:?}")));
+        }
+    }
+    let checked = Hello::decode(&hello).map_err(|e| protocol(format!("rail {rail}: {e}"))).and_then(|hello| {
+        if usize::from(hello.rail) != rail || hello.rails != rails {
+            return Err(protocol(format!(
+                "rail {rail}: the connection says it is rail {} of {}, expected rail {rail} of {rails}",
+                hello.rail, hello.rails
+            )));
+        }
+        Ok(hello.group)
+    });
+    match checked {
+        Ok(group) => Ok((ep, group)),
+        Err(e) => {
+            ep.abort();
+            Err(e)
+        }
+    }
+}
+
+pub(super) fn rail_count(n: usize) -> Result<u16> {
     let max = ucx_core::wire::multirail::MAX_RAILS;
     u16::try_from(n)
         .ok()

@@ -9,10 +9,14 @@
 //! - `group`: [`RailGroup`]: connect and accept (each rail says which group and rail it is),
 //!   send (a header on rail 0, then every chunk at once), receive (each chunk straight into
 //!   its place in the caller's buffer), abort on any rail's failure.
+//! - `listener`: [`RailListener`], groups from many clients at once, each assembled from the
+//!   rails that name it.
 //!
 //! The bytes (hello, header, part tags) live in `ucx_core::wire::multirail`.
 mod group;
+mod listener;
 mod split;
 
 pub use group::RailGroup;
+pub use listener::{RailListener, MAX_INCOMPLETE_GROUPS};
 pub use split::Split;
