@@ -42,10 +42,7 @@ def _weights(rails, ratio, weights):
         return [float(w) for w in weights]
     if ratio is None:
         return [1.0] * rails
-    ratio = float(ratio)
-    if not 0.0 <= ratio <= 1.0 or (rails == 1 and ratio != 0.0):
-        raise ValueError(f"split ratio {ratio} is not in [0, 1] (and 0 with one rail)")
-    return [1.0 - ratio] + [ratio / (rails - 1)] * (rails - 1)
+    return _native.multirail_ratio_weights(rails, float(ratio))
 
 
 def _on_rail(rail, e):
@@ -112,12 +109,9 @@ class RailGroup:
         message = self._sent
         self._sent += 1
         posts = [self._part(0, "msg_send", header, message, 0)]
-        at = 0
-        for i, length in enumerate(chunks):
-            rail, stage = divmod(i, stages)
+        for rail, part, at, length in chunks:
             if length:
-                posts.append(self._part(rail, "msg_send", view[at : at + length], message, stage + 1))
-            at += length
+                posts.append(self._part(rail, "msg_send", view[at : at + length], message, part))
         try:
             await asyncio.gather(*posts)
         except BaseException:
@@ -137,19 +131,18 @@ class RailGroup:
             header = bytearray(_native.multirail_header_len(len(self._rails)))
             await self._part(0, "msg_recv", header, message, 0)
             try:
-                total, stages, shares, chunks = _native.multirail_header_decode(bytes(header))
+                total, shares, chunks = _native.multirail_header_decode(bytes(header))
             except ValueError as e:
                 raise UCXError(f"RailGroup.recv: protocol violation: {e}") from e
             if len(shares) != len(self._rails):
                 raise UCXError(f"RailGroup.recv: a message split over {len(shares)} rails, the group has {len(self._rails)}")
             if total > view.nbytes:
                 raise ValueError(f"RailGroup.recv: a message of {total} bytes does not fit the {view.nbytes}-byte buffer")
-            posts, at = [], 0
-            for i, length in enumerate(chunks):
-                rail, stage = divmod(i, stages)
-                if length:
-                    posts.append(self._part(rail, "msg_recv", view[at : at + length], message, stage + 1))
-                at += length
+            posts = [
+                self._part(rail, "msg_recv", view[at : at + length], message, part)
+                for rail, part, at, length in chunks
+                if length
+            ]
             # Every chunk settles before a failure is raised: UCX may be writing into the
             # caller's buffer, and the sender's abort ends the rest promptly.
             for r in await asyncio.gather(*posts, return_exceptions=True):

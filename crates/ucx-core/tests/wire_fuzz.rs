@@ -67,7 +67,9 @@ fn decoders_never_panic_and_round_trip() {
         h[i] = rng.next() as u8;
         if let Ok(d) = multirail::Header::decode(&h) {
             assert_eq!(d.encode(), h);
-            assert_eq!(d.chunks().iter().sum::<u64>(), d.total);
+            let layout = d.layout();
+            assert_eq!(layout.iter().map(|c| c.len).sum::<u64>(), d.total);
+            assert!(layout.windows(2).all(|w| w[0].offset + w[0].len == w[1].offset));
         }
     }
     // Random bytes of the right size carry no valid checksum: those decoders refuse them; the

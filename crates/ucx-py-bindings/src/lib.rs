@@ -66,6 +66,7 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(multirail::multirail_header_len, m)?)?;
     m.add_function(wrap_pyfunction!(multirail::multirail_header_decode, m)?)?;
     m.add_function(wrap_pyfunction!(multirail::multirail_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(multirail::multirail_ratio_weights, m)?)?;
     m.add_function(wrap_pyfunction!(multirail::multirail_part_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_own_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_hello, m)?)?;

@@ -24,15 +24,22 @@ pub(crate) fn multirail_hello_decode(bytes: &[u8]) -> PyResult<(u64, u16, u16)> 
     Ok((h.group, h.rail, h.rails))
 }
 
-/// A message's header: its size, chunks per rail and each rail's share. Also returns every
-/// chunk's length, rail by rail.
+/// A chunk as Python walks it: `(rail, part, offset, length)` (see `Header::layout`).
+type Chunk = (usize, u16, u64, u64);
+
+fn layout(header: &Header) -> Vec<Chunk> {
+    header.layout().into_iter().map(|c| (c.rail, c.part, c.offset, c.len)).collect()
+}
+
+/// A message's header: its size, chunks per rail and each rail's share. Also returns its
+/// chunks, `(rail, part, offset, length)` each.
 #[pyfunction]
 pub(crate) fn multirail_header<'py>(
     py: Python<'py>,
     total: u64,
     stages: u16,
     shares: Vec<u64>,
-) -> PyResult<(Bound<'py, PyBytes>, Vec<u64>)> {
+) -> PyResult<(Bound<'py, PyBytes>, Vec<Chunk>)> {
     if shares.is_empty() || shares.len() > usize::from(MAX_RAILS) || !(1..=MAX_STAGES).contains(&stages) {
         return Err(value_error(format!(
             "{} rails and {stages} stages: 1 to {MAX_RAILS} rails, 1 to {MAX_STAGES} stages",
@@ -43,7 +50,7 @@ pub(crate) fn multirail_header<'py>(
         return Err(value_error(format!("shares {shares:?} do not add up to {total}")));
     }
     let header = Header { total, stages, shares };
-    Ok((PyBytes::new(py, &header.encode()), header.chunks()))
+    Ok((PyBytes::new(py, &header.encode()), layout(&header)))
 }
 
 /// The size of a header for a group of `rails` rails.
@@ -52,12 +59,19 @@ pub(crate) fn multirail_header_len(rails: u16) -> usize {
     Header::len_for(rails)
 }
 
-/// Decodes a header into `(total, stages, shares, chunks)`.
+/// Decodes a header into `(total, shares, chunks)`, chunks as `multirail_header` gives them.
 #[pyfunction]
-pub(crate) fn multirail_header_decode(bytes: &[u8]) -> PyResult<(u64, u16, Vec<u64>, Vec<u64>)> {
+pub(crate) fn multirail_header_decode(bytes: &[u8]) -> PyResult<(u64, Vec<u64>, Vec<Chunk>)> {
     let h = Header::decode(bytes).map_err(value_error)?;
-    let chunks = h.chunks();
-    Ok((h.total, h.stages, h.shares, chunks))
+    let chunks = layout(&h);
+    Ok((h.total, h.shares, chunks))
+}
+
+/// The weights of the seed's split ratio (the share on the peer rails) over `rails` rails.
+#[pyfunction]
+pub(crate) fn multirail_ratio_weights(rails: usize, ratio: f64) -> PyResult<Vec<f64>> {
+    multirail::ratio_weights(rails, ratio)
+        .ok_or_else(|| value_error(format!("split ratio {ratio} is not in [0, 1] (and 0 with one rail)")))
 }
 
 /// `total` bytes cut by `weights` into one share per rail.

@@ -117,19 +117,14 @@ impl RailGroup {
             stages: split.stage_count() as u16,
             shares: split.shares(buf.len() as u64),
         };
-        let chunks = header.chunks();
+        let layout = header.layout();
         let header = header.encode();
         let guard = AbortOnDrop(self);
-        let mut parts = Vec::with_capacity(1 + self.rails.len() * split.stage_count());
+        let mut parts = Vec::with_capacity(1 + layout.len());
         parts.push(self.send_part(0, &header, message, 0));
-        let mut at = 0usize;
-        for (i, len) in chunks.into_iter().enumerate() {
-            let len = len as usize;
-            let (rail, stage) = (i / split.stage_count(), i % split.stage_count());
-            if len > 0 {
-                parts.push(self.send_part(rail, &buf[at..at + len], message, stage as u16 + 1));
-            }
-            at += len;
+        for c in layout.into_iter().filter(|c| c.len > 0) {
+            let (at, len) = (c.offset as usize, c.len as usize);
+            parts.push(self.send_part(c.rail, &buf[at..at + len], message, c.part));
         }
         let done = try_join_all(parts).await.map(drop);
         guard.settle(done)
@@ -146,15 +141,15 @@ impl RailGroup {
             Ok(h) => h,
             Err(e) => return guard.settle(Err(e)),
         };
-        let stages = usize::from(header.stages);
-        let chunks = header.chunks();
-        let mut parts = Vec::with_capacity(chunks.len());
+        let layout = header.layout();
+        let mut parts = Vec::with_capacity(layout.len());
+        // The chunks lie back to back, so the buffer is cut into them in order.
         let mut rest = &mut buf[..header.total as usize];
-        for (i, &len) in chunks.iter().enumerate() {
-            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+        for c in layout {
+            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
             rest = tail;
-            if len > 0 {
-                parts.push(self.recv_part(i / stages, chunk, message, (i % stages) as u16 + 1));
+            if c.len > 0 {
+                parts.push(self.recv_part(c.rail, chunk, message, c.part));
             }
         }
         // Every chunk settles before the group is aborted on a failure: a receive dropped

@@ -21,11 +21,8 @@ impl Split {
     /// The seed's split ratio: `ratio` of the bytes over the peer rails (rails 1..), shared
     /// equally, and the rest over rail 0. With one rail the ratio must be 0.
     pub fn ratio(rails: usize, ratio: f64) -> Result<Split> {
-        if !(0.0..=1.0).contains(&ratio) || (rails == 1 && ratio != 0.0) {
-            return Err(invalid(format!("split ratio {ratio} is not in [0, 1] (and 0 with one rail)")));
-        }
-        let mut w = vec![1.0 - ratio];
-        w.extend(std::iter::repeat(ratio / (rails.max(2) - 1) as f64).take(rails.saturating_sub(1)));
+        let w = multirail::ratio_weights(rails, ratio)
+            .ok_or_else(|| invalid(format!("split ratio {ratio} is not in [0, 1] (and 0 with one rail)")))?;
         Split::weights(w)
     }
 
@@ -65,12 +62,6 @@ impl Split {
     pub fn shares(&self, total: u64) -> Vec<u64> {
         multirail::shares(&self.weights, total)
     }
-
-    /// Every chunk's length for a message of `total` bytes, rail by rail (stage by stage
-    /// within a rail): each share cut into `stages` near-equal chunks.
-    pub fn chunks(&self, total: u64) -> Vec<u64> {
-        self.shares(total).into_iter().flat_map(|s| multirail::stage_lengths(s, self.stages)).collect()
-    }
 }
 
 fn invalid(detail: String) -> Error {
@@ -81,6 +72,12 @@ fn invalid(detail: String) -> Error {
 mod tests {
     use super::*;
 
+    /// Every chunk's length, as a sender lays a message of `total` bytes out with `s`.
+    fn chunks(s: &Split, total: u64) -> Vec<u64> {
+        let header = multirail::Header { total, stages: s.stages, shares: s.shares(total) };
+        header.layout().iter().map(|c| c.len).collect()
+    }
+
     #[test]
     fn chunks_add_up_and_follow_the_weights() {
         for total in [0u64, 1, 7, 1000, 1 << 20, (256 << 20) + 13] {
@@ -89,18 +86,18 @@ mod tests {
             for split in splits.map(Result::unwrap) {
                 for stages in [1, 2, 7] {
                     let s = split.clone().stages(stages).unwrap();
-                    let c = s.chunks(total);
+                    let c = chunks(&s, total);
                     assert_eq!(c.len(), s.rails() * stages);
                     assert_eq!(c.iter().sum::<u64>(), total, "{s:?} {total}");
                 }
             }
         }
         // 4 rails at 75 %: rail 0 a quarter, the others a quarter each.
-        assert_eq!(Split::ratio(4, 0.75).unwrap().chunks(4000), vec![1000, 1000, 1000, 1000]);
+        assert_eq!(chunks(&Split::ratio(4, 0.75).unwrap(), 4000), vec![1000, 1000, 1000, 1000]);
         // 2 rails at 0 %: everything on rail 0; at 100 %: everything on rail 1.
-        assert_eq!(Split::ratio(2, 0.0).unwrap().chunks(10), vec![10, 0]);
-        assert_eq!(Split::ratio(2, 1.0).unwrap().chunks(10), vec![0, 10]);
-        assert_eq!(Split::even(1).unwrap().stages(3).unwrap().chunks(10), vec![4, 3, 3]);
+        assert_eq!(chunks(&Split::ratio(2, 0.0).unwrap(), 10), vec![10, 0]);
+        assert_eq!(chunks(&Split::ratio(2, 1.0).unwrap(), 10), vec![0, 10]);
+        assert_eq!(chunks(&Split::even(1).unwrap().stages(3).unwrap(), 10), vec![4, 3, 3]);
     }
 
     #[test]

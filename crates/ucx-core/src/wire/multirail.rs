@@ -10,10 +10,12 @@
 //!
 //! A header's size depends only on the group's rail count, so a receiver (UCX-Py's `recv`
 //! included, which takes exact sizes) knows it. Each rail's share is cut into `stages` chunks
-//! by [`stage_lengths`]; the chunks lie in the buffer back to back, rail 0's stages first.
+//! by [`stage_lengths`]; the chunks lie in the buffer back to back, rail 0's stages first
+//! ([`Header::layout`] lists them, for both sides).
 //! Part 0 of a message is its header (on rail 0); part `s + 1` is stage `s` (on each rail).
 //! [`part_tag`] derives each part's tag from the rail endpoint's own tag. [`shares`] is how a
-//! sender cuts a message by weights, here so that every language cuts it the same way.
+//! sender cuts a message by weights (and [`ratio_weights`] the seed's ratio into weights), here
+//! so that every language cuts it the same way.
 
 use super::WireError;
 
@@ -121,16 +123,51 @@ impl Header {
         Ok(Header { total, stages, shares })
     }
 
-    /// Every chunk's length, rail by rail (stage by stage within a rail).
-    pub fn chunks(&self) -> Vec<u64> {
-        self.shares.iter().flat_map(|&s| stage_lengths(s, self.stages)).collect()
+    /// Every chunk: its rail, its part (stage + 1, as [`part_tag`] takes it) and where it lies
+    /// in the message, rail by rail and stage by stage, back to back. Both sides of every
+    /// language walk this one layout.
+    pub fn layout(&self) -> Vec<Chunk> {
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(self.shares.len() * usize::from(self.stages));
+        for (rail, &share) in self.shares.iter().enumerate() {
+            for (stage, len) in stage_lengths(share, self.stages).enumerate() {
+                out.push(Chunk { rail, part: stage as u16 + 1, offset, len });
+                offset += len;
+            }
+        }
+        out
     }
+}
+
+/// One chunk of a message (see [`Header::layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// The rail that carries it.
+    pub rail: usize,
+    /// Its part number: stage + 1 (part 0 is the header).
+    pub part: u16,
+    /// Where it starts in the message.
+    pub offset: u64,
+    /// Its length (0: nothing is sent for it).
+    pub len: u64,
 }
 
 /// A rail's share cut into `stages` chunks: equal, the first `share % stages` one byte longer.
 pub fn stage_lengths(share: u64, stages: u16) -> impl Iterator<Item = u64> {
     let k = u64::from(stages.max(1));
     (0..k).map(move |i| share / k + u64::from(i < share % k))
+}
+
+/// The seed's split ratio as weights: `ratio` of the bytes over the peer rails (rails 1 and
+/// up), shared equally, and the rest over rail 0. `None` unless `ratio` is in [0, 1] (and 0
+/// with one rail).
+pub fn ratio_weights(rails: usize, ratio: f64) -> Option<Vec<f64>> {
+    if !(0.0..=1.0).contains(&ratio) || (rails == 1 && ratio != 0.0) {
+        return None;
+    }
+    let mut w = vec![1.0 - ratio];
+    w.extend(std::iter::repeat(ratio / (rails.max(2) - 1) as f64).take(rails.saturating_sub(1)));
+    Some(w)
 }
 
 /// `total` bytes cut by `weights` (finite, non-negative, not all zero: the caller checks):
@@ -205,7 +242,8 @@ mod tests {
         assert_eq!(bytes.len(), Header::len_for(2));
         assert_eq!(&bytes[..10], b"UCXR\x01\x00\x02\x00\x02\x00");
         assert_eq!(Header::decode(&bytes), Ok(h.clone()));
-        assert_eq!(h.chunks(), vec![3, 2, 3, 2]);
+        let chunk = |rail, part, offset, len| Chunk { rail, part, offset, len };
+        assert_eq!(h.layout(), vec![chunk(0, 1, 0, 3), chunk(0, 2, 3, 2), chunk(1, 1, 5, 3), chunk(1, 2, 8, 2)]);
         let lie = Header { total: 11, ..h.clone() }.encode();
         assert!(Header::decode(&lie).is_err(), "shares that do not add up");
         let overflow = Header { total: 1, stages: 2, shares: vec![u64::MAX, 2] }.encode();
@@ -231,6 +269,10 @@ mod tests {
         assert_eq!(shares(&[0.25, 0.25, 0.25, 0.25], 4000), vec![1000; 4]);
         assert_eq!(shares(&[1.0, 0.0], 10), vec![10, 0]);
         assert_eq!(stage_lengths(10, 3).collect::<Vec<_>>(), vec![4, 3, 3]);
+        assert_eq!(ratio_weights(4, 0.75), Some(vec![0.25, 0.25, 0.25, 0.25]));
+        assert_eq!(ratio_weights(1, 0.0), Some(vec![1.0]));
+        assert_eq!(ratio_weights(1, 0.5), None);
+        assert_eq!(ratio_weights(2, 1.5), None);
     }
 
     #[test]
