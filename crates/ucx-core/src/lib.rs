@@ -15,6 +15,8 @@
 //! - [`Request`] (`request`): an in-flight operation; wakes a `std::task::Waker`, cancels,
 //!   and keeps UCX from touching a buffer that has gone away. [`Owned`] (`owned`): the same on
 //!   a buffer the operation owns, whose drop never blocks.
+//! - [`Inflight`] (`inflight`): operations tracked by id until their completion is taken,
+//!   for callers that cannot await each one where they submitted it (the Python bindings).
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
@@ -40,6 +42,7 @@ mod context;
 mod cuda;
 mod endpoint;
 mod error;
+pub mod inflight;
 mod listener;
 pub mod live;
 mod log;
@@ -67,4 +70,5 @@ pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
-pub use worker::{Armed, Batch, ThreadMode, Worker, PROGRESS_BATCH};
+pub use inflight::Inflight;
+pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};

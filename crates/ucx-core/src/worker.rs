@@ -4,6 +4,7 @@
 //! (`tag` for receives and probes, `am` for handlers).
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::address::WorkerAddress;
 use crate::context::{Context, Features};
@@ -18,6 +19,23 @@ use crate::{sys, text};
 /// a streaming peer stalled its loop for over a minute. 64 rounds is far past what an idle
 /// worker or a single message needs.
 pub const PROGRESS_BATCH: u32 = 64;
+
+/// Progress rounds between two clock reads in [`Worker::spin_until`].
+pub const SPIN_CLOCK_ROUNDS: u32 = 8;
+
+/// Progress rounds between two checks of the wakeup fd (a `poll` system call) in
+/// [`Worker::spin_until`].
+pub const SPIN_WAKEUP_ROUNDS: u32 = 16;
+
+/// How a [`Worker::spin_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spin {
+    /// Whether `done()` held (false: the budget ran out).
+    pub done: bool,
+    /// Whether the spin left the worker unarmed (an `arm` it made answered busy): a caller that
+    /// sleeps on the wakeup fd must progress and arm again before it sleeps.
+    pub disarmed: bool,
+}
 
 /// What one [`Worker::progress_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +207,44 @@ impl Worker {
             events += n;
         }
         Batch { events, idle: false }
+    }
+
+    /// Progresses on the calling thread until `done()` holds or `budget` has passed, for a
+    /// caller that expects its operation to finish within microseconds (a trip through a
+    /// scheduler or a wake-up from the fd costs more). Returns at once if `done()` holds.
+    ///
+    /// The one spin loop of the project: the tokio reactor's inline spin and the Python
+    /// engine's both run it.
+    /// - `done()` is checked after every round.
+    /// - The clock is read every [`SPIN_CLOCK_ROUNDS`] rounds (a read costs about as much as a
+    ///   round that finds nothing), and not at all when `done()` holds within the first ones.
+    /// - Every [`SPIN_WAKEUP_ROUNDS`] rounds, if the wakeup fd is readable, [`Worker::arm`]
+    ///   hands what it signals to the transports: once a worker is armed, UCX polls some
+    ///   transports only after that (measured: a spin on progress alone waited out its whole
+    ///   budget for each message).
+    pub fn spin_until(&self, budget: Duration, mut done: impl FnMut() -> bool) -> Spin {
+        let mut spin = Spin { done: done(), disarmed: false };
+        let mut start = None;
+        let mut round = 0u32;
+        while !spin.done {
+            self.progress();
+            spin.done = done();
+            round = round.wrapping_add(1);
+            if spin.done {
+                break;
+            }
+            if round % SPIN_WAKEUP_ROUNDS == 0 && self.wakeup_pending().unwrap_or(false) {
+                // Busy: events are pending and the worker stays unarmed; the caller hears so.
+                spin.disarmed = self.arm().map_or(true, |a| a == Armed::Busy);
+            }
+            if round % SPIN_CLOCK_ROUNDS == 0 {
+                let now = Instant::now();
+                if now.duration_since(*start.get_or_insert(now)) >= budget {
+                    break;
+                }
+            }
+        }
+        spin
     }
 
     /// The worker's wakeup file descriptor (`ucp_worker_get_efd`): readable after

@@ -1,78 +1,32 @@
 //! Active-message receiving as UCX-Py did it: messages to handler 0 carry a 4-byte memory
 //! type, are received into an object from the allocator registered for that memory type
 //! (host default `bytearray`), and are queued per sender endpoint until an `am_recv` on that
-//! endpoint takes them, first in first out.
+//! endpoint takes them, first in first out. One [`AmQueues`] per worker holds this state.
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 use ucx_core::{wire, AmMessage, MemoryType, Owned};
 
 use crate::buffer::PyBuf;
-use crate::engine::{lock, Engine, Meta, Name, Sink};
+use crate::engine::{Engine, Sink};
 use crate::errors::{self, End, Kind};
-use crate::target::{Outcome, Target, Undelivered};
+use crate::outcome::{Expect, Name, Outcome};
+use crate::sync::lock;
+use crate::target::{Target, Undelivered};
 
-/// Receives an arrived message into a freshly allocated object and routes it to its endpoint.
-pub(crate) fn deliver(engine: &Engine, py: Python<'_>, msg: AmMessage) {
-    let Some(handle) = msg.reply_ep() else {
-        // UCX-Py's handler requires a reply endpoint to know whose message it is.
-        return;
-    };
-    let memory_type = wire::am_header::decode(msg.header()).map(|m| MemoryType::from_raw(m as u32));
-    // Eager data is always copied into host memory (as UCX-Py did); rendezvous data goes
-    // straight into memory of the sender's type.
-    let cuda = msg.is_rendezvous() && matches!(memory_type, Ok(MemoryType::Cuda));
-    let obj = match (memory_type, allocate(engine, py, cuda, msg.data_len())) {
-        (Err(e), _) => Err(errors::new(py, Kind::Error, format!("<am_recv>: bad active-message header: {e}"))),
-        (_, Err(e)) => Err(e),
-        (Ok(_), Ok(obj)) => Ok(obj),
-    };
-    let obj = match obj {
-        Ok(obj) => obj,
-        Err(e) => return route(engine, py, handle, Err(e)),
-    };
-    let buf = match PyBuf::writable(obj.bind(py)) {
-        Ok(b) => b,
-        Err(e) => return route(engine, py, handle, Err(e)),
-    };
-    let len = msg.data_len();
-    let submitted = Owned::submit(Box::new(buf), true, |b| msg.recv_into(b));
-    match submitted {
-        Err(e) => route(engine, py, handle, Err(errors::from_core(py, &e))),
-        Ok(owned) => {
-            let meta = Meta {
-                expect_len: Some(len),
-                ep: None,
-                name: Name::Given("am_recv".into()),
-                stream_recv: false,
-                value: Some(obj),
-            };
-            engine.track_with(py, owned, Sink::AmRoute(handle), meta);
-        }
-    }
-}
+/// A worker's arrived active messages, by the sender's endpoint handle, the receives waiting
+/// for them, and the allocators that make the objects they are received into.
+#[derive(Default)]
+pub(crate) struct AmQueues(Mutex<State>);
 
-fn allocate(engine: &Engine, py: Python<'_>, cuda: bool, len: usize) -> PyResult<Py<PyAny>> {
-    let allocator = lock(&engine.am).allocators[usize::from(cuda)].as_ref().map(|a| a.clone_ref(py));
-    match (allocator, cuda) {
-        (Some(a), _) => a.bind(py).call1((len,)).map(Bound::unbind),
-        (None, false) => Ok(PyByteArray::new_with(py, len, |_| Ok(()))?.into_any().unbind()),
-        (None, true) => {
-            Err(errors::new(py, Kind::Error, "<am_recv>: no CUDA allocator registered (register_am_allocator)"))
-        }
-    }
-}
-
-/// Gives a received object (or its failure) to the oldest waiting receive of endpoint
-/// `handle` that is still awaited, or queues it: a receive whose future was cancelled (a task
-/// cancel, a `wait_for` timeout) must not take the message with it.
-pub(crate) fn route(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome) {
-    route_to(engine, py, handle, outcome, Arrival::Newest);
-}
-
-/// Puts back a message whose receiver was cancelled after it had been handed over: it goes to
-/// the next waiting receive, or to the head of the queue (it is older than what is queued).
-pub(crate) fn requeue(engine: &Engine, py: Python<'_>, handle: usize, obj: Py<PyAny>) {
-    route_to(engine, py, handle, Ok(obj), Arrival::Oldest);
+#[derive(Default)]
+struct State {
+    /// Allocators by memory type: `[host, cuda]`; host defaults to `bytearray`.
+    allocators: [Option<Py<PyAny>>; 2],
+    queued: HashMap<usize, VecDeque<Outcome>>,
+    waiting: HashMap<usize, VecDeque<Target>>,
 }
 
 enum Arrival {
@@ -80,77 +34,158 @@ enum Arrival {
     Oldest,
 }
 
-fn route_to(engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome, arrival: Arrival) {
-    loop {
-        let waiter = lock(&engine.am).waiting.get_mut(&handle).and_then(|w| w.pop_front());
-        match waiter {
-            Some(t) if t.is_abandoned(py) => continue,
-            Some(t) => {
-                // A waiter on another loop may be cancelled before its loop takes the message.
-                let undelivered = || {
-                    let engine = engine.weak();
-                    Some(Box::new(move |py: Python<'_>, obj| {
-                        if let Some(engine) = engine.upgrade() {
-                            requeue(&engine, py, handle, obj);
-                        }
-                    }) as Undelivered)
-                };
-                return t.resolve_or(py, outcome, undelivered);
-            }
-            None => {
-                let mut am = lock(&engine.am);
-                let queue = am.queued.entry(handle).or_default();
-                match arrival {
-                    Arrival::Newest => queue.push_back(outcome),
-                    Arrival::Oldest => queue.push_front(outcome),
-                }
-                return;
+impl AmQueues {
+    /// Installs UCX-Py's handler (id 0) on `engine`'s worker: each message is received and
+    /// routed from the next drain.
+    pub(crate) fn install(self: &Arc<Self>, engine: &Engine) -> ucx_core::Result<()> {
+        let (queues, events) = (self.clone(), engine.events());
+        engine.worker.set_am_handler(wire::am_header::UCXPY_AM_ID, move |msg| {
+            let queues = queues.clone();
+            events.push(Box::new(move |engine, py| queues.deliver(engine, py, msg)));
+        })
+    }
+
+    /// Registers the allocator for a memory type (0 host, 1 CUDA).
+    pub(crate) fn set_allocator(&self, cuda: bool, allocator: Py<PyAny>) {
+        lock(&self.0).allocators[usize::from(cuda)] = Some(allocator);
+    }
+
+    /// Receives an arrived message into a freshly allocated object and routes it to its
+    /// endpoint.
+    fn deliver(self: &Arc<Self>, engine: &Engine, py: Python<'_>, msg: AmMessage) {
+        let Some(handle) = msg.reply_ep() else {
+            // UCX-Py's handler requires a reply endpoint to know whose message it is.
+            return;
+        };
+        let memory_type = wire::am_header::decode(msg.header()).map(|m| MemoryType::from_raw(m as u32));
+        // Eager data is always copied into host memory (as UCX-Py did); rendezvous data goes
+        // straight into memory of the sender's type.
+        let cuda = msg.is_rendezvous() && matches!(memory_type, Ok(MemoryType::Cuda));
+        let obj = match (memory_type, self.allocate(py, cuda, msg.data_len())) {
+            (Err(e), _) => Err(errors::new(py, Kind::Error, format!("<am_recv>: bad active-message header: {e}"))),
+            (_, Err(e)) => Err(e),
+            (Ok(_), Ok(obj)) => Ok(obj),
+        };
+        let obj = match obj {
+            Ok(obj) => obj,
+            Err(e) => return self.route(engine, py, handle, Err(e)),
+        };
+        let buf = match PyBuf::writable(obj.bind(py)) {
+            Ok(b) => b,
+            Err(e) => return self.route(engine, py, handle, Err(e)),
+        };
+        let len = msg.data_len();
+        match Owned::submit(Box::new(buf), true, |b| msg.recv_into(b)) {
+            Err(e) => self.route(engine, py, handle, Err(errors::from_core(py, &e))),
+            Ok(owned) => {
+                let expect = Expect { value: Some(obj), ..Expect::new(Name::Given("am_recv".into()), Some(len)) };
+                let queues = self.clone();
+                let sink = Sink::Route(Box::new(move |engine, py, outcome| queues.route(engine, py, handle, outcome)));
+                engine.track_with(py, owned, sink, expect);
             }
         }
     }
-}
 
-/// `am_recv` on endpoint `handle`: the oldest queued message at once, or a wait for the next.
-pub(crate) fn recv(
-    engine: &Engine,
-    py: Python<'_>,
-    handle: usize,
-    on_done: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Py<PyAny>>> {
-    let queued = lock(&engine.am).queued.get_mut(&handle).and_then(|q| q.pop_front());
-    if let Some(outcome) = queued {
-        return match on_done {
-            Some(cb) => {
-                Target::Callback(cb.clone().unbind()).resolve(py, outcome);
-                Ok(None)
+    fn allocate(&self, py: Python<'_>, cuda: bool, len: usize) -> PyResult<Py<PyAny>> {
+        let allocator = lock(&self.0).allocators[usize::from(cuda)].as_ref().map(|a| a.clone_ref(py));
+        match (allocator, cuda) {
+            (Some(a), _) => a.bind(py).call1((len,)).map(Bound::unbind),
+            (None, false) => Ok(PyByteArray::new_with(py, len, |_| Ok(()))?.into_any().unbind()),
+            (None, true) => {
+                Err(errors::new(py, Kind::Error, "<am_recv>: no CUDA allocator registered (register_am_allocator)"))
             }
-            None => Target::ready(py, outcome).map(Some),
-        };
+        }
     }
-    let (target, ret) = Target::new(py, on_done)?;
-    lock(&engine.am).waiting.entry(handle).or_default().push_back(target);
-    engine.needs_progress(py);
-    Ok(ret)
-}
 
-/// Whether a message from endpoint `handle` is waiting to be received.
-pub(crate) fn probe(engine: &Engine, handle: usize) -> bool {
-    lock(&engine.am).queued.get(&handle).is_some_and(|q| !q.is_empty())
-}
-
-/// Fails every receive waiting on endpoint `handle` with `end`'s exception (UCX-Py's message);
-/// returns how many.
-pub(crate) fn fail_waiting(engine: &Engine, py: Python<'_>, handle: usize, end: End) -> usize {
-    let waiting = lock(&engine.am).waiting.remove(&handle).unwrap_or_default();
-    let n = waiting.len();
-    for t in waiting {
-        t.resolve(py, Err(end.error(py, format!("While waiting for am_recv the endpoint was closed: {}", end.why()))));
+    /// Gives a received object (or its failure) to the oldest waiting receive of endpoint
+    /// `handle` that is still awaited, or queues it: a receive whose future was cancelled (a
+    /// task cancel, a `wait_for` timeout) must not take the message with it.
+    fn route(self: &Arc<Self>, engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome) {
+        self.route_to(engine, py, handle, outcome, Arrival::Newest);
     }
-    n
-}
 
-/// Forgets messages queued for a closed endpoint (a new endpoint may reuse the handle).
-pub(crate) fn forget(engine: &Engine, handle: usize) {
-    let mut am = lock(&engine.am);
-    am.queued.remove(&handle);
+    /// Puts back a message whose receiver was cancelled after it had been handed over: it goes
+    /// to the next waiting receive, or to the head of the queue (it is older than what is
+    /// queued).
+    pub(crate) fn requeue(self: &Arc<Self>, engine: &Engine, py: Python<'_>, handle: usize, obj: Py<PyAny>) {
+        self.route_to(engine, py, handle, Ok(obj), Arrival::Oldest);
+    }
+
+    fn route_to(self: &Arc<Self>, engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome, arrival: Arrival) {
+        loop {
+            let waiter = lock(&self.0).waiting.get_mut(&handle).and_then(|w| w.pop_front());
+            match waiter {
+                Some(t) if t.is_abandoned(py) => continue,
+                Some(t) => {
+                    // A waiter on another loop may be cancelled before its loop takes the
+                    // message.
+                    let undelivered = || {
+                        let (queues, engine) = (self.clone(), engine.weak());
+                        Some(Box::new(move |py: Python<'_>, obj| {
+                            if let Some(engine) = engine.upgrade() {
+                                queues.requeue(&engine, py, handle, obj);
+                            }
+                        }) as Undelivered)
+                    };
+                    return t.resolve_or(py, outcome, undelivered);
+                }
+                None => {
+                    let mut state = lock(&self.0);
+                    let queue = state.queued.entry(handle).or_default();
+                    match arrival {
+                        Arrival::Newest => queue.push_back(outcome),
+                        Arrival::Oldest => queue.push_front(outcome),
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `am_recv` on endpoint `handle`: the oldest queued message at once, or a wait for the
+    /// next.
+    pub(crate) fn recv(
+        &self,
+        engine: &Engine,
+        py: Python<'_>,
+        handle: usize,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let queued = lock(&self.0).queued.get_mut(&handle).and_then(|q| q.pop_front());
+        if let Some(outcome) = queued {
+            return match on_done {
+                Some(cb) => {
+                    Target::Callback(cb.clone().unbind()).resolve(py, outcome);
+                    Ok(None)
+                }
+                None => Target::ready(py, outcome).map(Some),
+            };
+        }
+        let (target, ret) = Target::new(py, on_done)?;
+        lock(&self.0).waiting.entry(handle).or_default().push_back(target);
+        engine.needs_progress(py);
+        Ok(ret)
+    }
+
+    /// Whether a message from endpoint `handle` is waiting to be received.
+    pub(crate) fn probe(&self, handle: usize) -> bool {
+        lock(&self.0).queued.get(&handle).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Fails every receive waiting on endpoint `handle` with `end`'s exception (UCX-Py's
+    /// message); returns how many.
+    pub(crate) fn fail_waiting(&self, py: Python<'_>, handle: usize, end: End) -> usize {
+        let waiting = lock(&self.0).waiting.remove(&handle).unwrap_or_default();
+        let n = waiting.len();
+        for t in waiting {
+            let msg = format!("While waiting for am_recv the endpoint was closed: {}", end.why());
+            t.resolve(py, Err(end.error(py, msg)));
+        }
+        n
+    }
+
+    /// Forgets messages queued for a closed endpoint (a new endpoint may reuse the handle).
+    pub(crate) fn forget(&self, handle: usize) {
+        lock(&self.0).queued.remove(&handle);
+    }
 }

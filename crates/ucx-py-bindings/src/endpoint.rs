@@ -1,23 +1,22 @@
-//! `Endpoint`: a UCX endpoint as UCX-Py's `UCXEndpoint` — tag, stream and active-message
+//! `Endpoint`: a UCX endpoint as UCX-Py's `UCXEndpoint` — tag, stream, active-message and RMA
 //! operations returning futures, peer-failure state (`is_alive`, `raise_on_error`), the close
-//! callback, and `close()`, which cancels what is in flight on it and closes it.
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+//! callback, and `close()`. Its state shared with the engine and UCX callbacks, and closing,
+//! live in `endpoint_life`.
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use pyo3::prelude::*;
-use ucx_core::{wire, AmSendOptions, CloseMode, EndpointParams, MemoryType, Owned, SendBuffer, Status, Submitted};
+use ucx_core::{wire, AmSendOptions, EndpointParams, MemoryType, Owned, SendBuffer, FULL_MASK};
 
+use crate::am::AmQueues;
 use crate::buffer::PyBuf;
-use crate::engine::{lock, Engine, EpShared, Meta, Name};
+use crate::endpoint_life::EpShared;
+use crate::engine::{Engine, OpOwner};
 use crate::errors::{self, End, Kind};
-use crate::worker::meta;
-
-/// How long `close()` waits for a flushing close before leaving it to finish in the background.
-/// It blocks the event loop meanwhile: with 5 s, a soak whose clients were killed at random
-/// (some mid-handshake, whose failure UCX had not reported yet) stalled the server for
-/// seconds per close, and other clients' handshakes timed out.
-const FLUSH_CLOSE_LIMIT: Duration = Duration::from_millis(100);
+use crate::outcome::{Expect, Name};
+use crate::rma::RemoteKey;
+use crate::submit::{self, Submission};
+use crate::sync::lock;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Endpoint {
@@ -25,36 +24,54 @@ pub(crate) struct Endpoint {
     pub(crate) shared: Arc<EpShared>,
 }
 
+/// A worker-wide tag receive that must fill its buffer exactly (`Worker.tag_recv`,
+/// `Endpoint.tag_recv` and `recv`).
+pub(crate) struct TagRecv<'a> {
+    pub(crate) tag: u64,
+    pub(crate) mask: u64,
+    /// The endpoint whose closing or failure cancels the receive.
+    pub(crate) ep: Option<&'a Arc<EpShared>>,
+    pub(crate) name: Option<String>,
+    /// How long to progress the worker (GIL released) before handing back a future.
+    pub(crate) spin_us: u64,
+}
+
+impl TagRecv<'_> {
+    /// Posts the receive into `buffer`. With a spin, a receive UCX did not finish at once
+    /// progresses the worker first: a reply that lands meanwhile completes the call inline.
+    pub(crate) fn post(
+        self,
+        engine: &Arc<Engine>,
+        buffer: &Bound<'_, PyAny>,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
+        let nbytes = buf.len();
+        let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
+        let op = Submission {
+            submitted: engine.worker.tag_recv_owned(buf, self.tag, self.mask),
+            expect: Expect::new(name, Some(nbytes)),
+            owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
+        };
+        submit::track_spinning(engine, buffer.py(), op, on_done, self.spin_us)
+    }
+}
+
 impl Endpoint {
     /// Creates an endpoint with `make`, wiring UCX's error callback to the engine.
     pub(crate) fn create(
         py: Python<'_>,
         engine: &Arc<Engine>,
+        am: &Arc<AmQueues>,
         error_handling: bool,
         make: impl FnOnce(EndpointParams) -> ucx_core::Result<ucx_core::Endpoint>,
     ) -> PyResult<Endpoint> {
-        let key = engine.next_key();
-        let events = engine.events.clone();
-        let params = EndpointParams::default()
-            .error_handling(error_handling)
-            .on_error(move |status| lock(&events).ep_errors.push((key, status)));
-        let ep = make(params).map_err(|e| errors::from_core(py, &e))?;
-        let shared = Arc::new(EpShared {
-            key,
-            handle: ep.id(),
-            ep: Mutex::new(Some(ep)),
-            error_handling,
-            failure: Mutex::new(None),
-            closed_because: Mutex::new(None),
-            closing: AtomicBool::new(false),
-            close_callback: Mutex::new(None),
-        });
-        lock(&engine.endpoints).insert(key, shared.clone());
+        let shared = EpShared::create(py, engine, am, error_handling, make)?;
         Ok(Endpoint { engine: engine.clone(), shared })
     }
 
     /// The UCX endpoint, or `UCXCloseError` once closed (saying why, if we closed it).
-    pub(crate) fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
+    fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
         lock(&self.shared.ep).clone().ok_or_else(|| {
             let msg = match *lock(&self.shared.closed_because) {
                 Some(why) => format!("Endpoint closed: {why}"),
@@ -66,6 +83,21 @@ impl Endpoint {
 
     fn name(&self, what: &'static str, tag: Option<u64>, nbytes: usize, given: Option<String>) -> Name {
         Name::or_op(given, what, self.shared.handle, tag, nbytes)
+    }
+
+    /// Tracks an operation of this endpoint (its closing or failure ends it).
+    fn track<B: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        submitted: ucx_core::Result<Owned<B>>,
+        expect: Expect,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        submit::track(&self.engine, py, Submission { submitted, expect, owner: Some(self.owner()) }, on_done)
+    }
+
+    fn owner(&self) -> Arc<dyn OpOwner> {
+        self.shared.clone()
     }
 }
 
@@ -91,13 +123,13 @@ impl Endpoint {
 
     /// Whether UCX reported the peer failed (always true without error handling).
     fn is_alive(&self) -> bool {
-        !self.shared.error_handling || self.failure().is_none()
+        !self.shared.error_handling || self.shared.failure().is_none()
     }
 
     /// Raises the failure UCX reported for the peer, if any (`UCXConnectionReset` for a reset,
     /// `UCXError("Endpoint 0x.. error: {status}")` otherwise).
     fn raise_on_error(&self, py: Python<'_>) -> PyResult<()> {
-        match self.failure() {
+        match self.shared.failure() {
             None => Ok(()),
             Some(s) => {
                 let msg = format!("Endpoint {:#x} error: {s}", self.shared.handle);
@@ -123,7 +155,7 @@ impl Endpoint {
     /// cancelled it (`Endpoint.recv` sees this when the cancel reached its task after the
     /// message did): later operations raise `UCXCloseError` saying so.
     fn close_for_lost_message(&self, py: Python<'_>) {
-        self.engine.close_for_lost_message(py, self.shared.key);
+        self.shared.lost_message(&self.engine, py);
     }
 
     /// `ucp_ep_print_info`.
@@ -169,7 +201,7 @@ impl Endpoint {
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
     /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends, progressing for up
     /// to `spin_us` before it returns a future (a rendezvous send finishes once the peer has
-    /// fetched the data; see `worker::tag_recv`).
+    /// fetched the data; see `TagRecv::post`).
     #[pyo3(signature = (buffer, tag, spin_us = 0))]
     fn tag_send_checked(
         &self,
@@ -186,7 +218,7 @@ impl Endpoint {
     /// already waiting (it can be received after the peer closed, not after we closed on a
     /// lost message), raises the peer's failure,
     /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us` before
-    /// it returns a future (see `worker::tag_recv`).
+    /// it returns a future (see `TagRecv::post`).
     #[pyo3(signature = (buffer, tag, spin_us = 0))]
     fn tag_recv_checked(
         &self,
@@ -198,7 +230,7 @@ impl Endpoint {
         // After a close that lost a message, a message waiting now may be the one after it:
         // never hand that out.
         let lost_one = lock(&self.shared.closed_because).is_some();
-        if lost_one || self.engine.worker.tag_probe(tag, ucx_core::FULL_MASK).is_none() {
+        if lost_one || self.engine.worker.tag_probe(tag, FULL_MASK).is_none() {
             self.raise_on_error(py)?;
             self.ep(py)?;
         }
@@ -218,7 +250,7 @@ impl Endpoint {
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Stream send", None, buf.len(), name);
         let submitted = Owned::submit(Box::new(buf), false, |b| ep.stream_send(&*b));
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+        self.track(py, submitted, Expect::new(name, None), on_done)
     }
 
     /// Receives exactly `len(buffer)` bytes from the stream API.
@@ -235,8 +267,7 @@ impl Endpoint {
         let nbytes = buf.len();
         let name = self.name("Stream recv", None, nbytes, name);
         let submitted = Owned::submit(Box::new(buf), true, |b| ep.stream_recv(b));
-        let meta = Meta { expect_len: Some(nbytes), ep: Some(self.shared.key), name, stream_recv: true, value: None };
-        self.engine.track(py, submitted, on_done, meta)
+        self.track(py, submitted, Expect { stream_recv: true, ..Expect::new(name, Some(nbytes)) }, on_done)
     }
 
     /// Sends `buffer` as an active message to UCX-Py's handler, with its memory type.
@@ -257,30 +288,31 @@ impl Endpoint {
         let submitted = Owned::submit(Box::new(out), false, |o| {
             ep.am_send(wire::am_header::UCXPY_AM_ID, &o.header, &o.data, options)
         });
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
+        self.track(py, submitted, Expect::new(name, None), on_done)
     }
 
     /// Receives the next active message from this endpoint's peer: a future of the object the
     /// registered allocator made (or None and `on_done(obj, exc)`).
     #[pyo3(signature = (on_done = None))]
     fn am_recv(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
-        crate::am::recv(&self.engine, py, self.shared.handle, on_done)
+        self.shared.am.recv(&self.engine, py, self.shared.handle, on_done)
     }
 
     /// Puts back an active message that `am_recv` took but its caller never saw (cancelled as
     /// the message arrived): the next `am_recv` gets it, before anything that came later.
     fn am_requeue(&self, py: Python<'_>, message: Py<PyAny>) {
-        crate::am::requeue(&self.engine, py, self.shared.handle, message);
+        self.shared.am.requeue(&self.engine, py, self.shared.handle, message);
     }
 
     /// Whether an active message from the peer is waiting to be received.
     fn am_probe(&self) -> bool {
-        crate::am::probe(&self.engine, self.shared.handle)
+        self.shared.am.probe(self.shared.handle)
     }
 
     /// Unpacks a peer's packed remote key for this endpoint.
-    fn unpack_rkey(&self, py: Python<'_>, packed: &[u8]) -> PyResult<crate::rma::RemoteKey> {
-        self.unpack_rkey_impl(py, packed)
+    fn unpack_rkey(&self, py: Python<'_>, packed: &[u8]) -> PyResult<RemoteKey> {
+        let key = self.ep(py)?.unpack_rkey(packed).map_err(|e| errors::from_core(py, &e))?;
+        Ok(RemoteKey { inner: Arc::new(key) })
     }
 
     /// Writes `buffer` to the peer's memory at `remote_addr` (`ucp_put_nbx`).
@@ -290,10 +322,14 @@ impl Endpoint {
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         remote_addr: u64,
-        rkey: &crate::rma::RemoteKey,
+        rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.put_impl(py, buffer, remote_addr, rkey, on_done)
+        let ep = self.ep(py)?;
+        let buf = PyBuf::readable(buffer)?;
+        // The key travels with the buffer: UCX uses it until the operation completes.
+        let submitted = Owned::submit(Box::new((buf, rkey.inner.clone())), false, |b| ep.put(&b.0, remote_addr, &b.1));
+        self.track(py, submitted, Expect::new(Name::Given("put".into()), None), on_done)
     }
 
     /// Reads the peer's memory at `remote_addr` into `buffer` (`ucp_get_nbx`).
@@ -303,10 +339,14 @@ impl Endpoint {
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         remote_addr: u64,
-        rkey: &crate::rma::RemoteKey,
+        rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.get_impl(py, buffer, remote_addr, rkey, on_done)
+        let ep = self.ep(py)?;
+        let buf = PyBuf::writable(buffer)?;
+        let submitted =
+            Owned::submit(Box::new((buf, rkey.inner.clone())), true, |b| ep.get(&mut b.0, remote_addr, &b.1));
+        self.track(py, submitted, Expect::new(Name::Given("get".into()), None), on_done)
     }
 
     /// Flushes the endpoint (`ucp_ep_flush_nbx`).
@@ -314,43 +354,15 @@ impl Endpoint {
     fn flush(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
         let ep = self.ep(py)?;
         let submitted = Owned::submit(Box::new(ep), false, |e| e.flush());
-        self.engine.track(py, submitted, on_done, meta(Name::Given("ep flush".into()), None, Some(self.shared.key)))
+        self.track(py, submitted, Expect::new(Name::Given("ep flush".into()), None), on_done)
     }
 
     /// Closes the endpoint without telling the peer (UCX-Py's `abort`): cancels its in-flight
     /// operations and waiting active-message receives, closes it (flushing if the peer is
     /// healthy, by force otherwise), and runs the close callback. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        close_shared(&self.engine, py, &self.shared, None)
+        self.shared.close(&self.engine, py, None)
     }
-}
-
-/// Closes an endpoint (see `Endpoint.close`); `why`, when we close it on our own, is what later
-/// operations on it report.
-pub(crate) fn close_shared(
-    engine: &Engine,
-    py: Python<'_>,
-    shared: &EpShared,
-    why: Option<&'static str>,
-) -> PyResult<()> {
-    let Some(ep) = lock(&shared.ep).take() else { return Ok(()) };
-    if why.is_some() {
-        *lock(&shared.closed_because) = why;
-    }
-    engine.cancel_ops_of(shared.key, End::Closed);
-    crate::am::fail_waiting(engine, py, shared.handle, End::Closed);
-    let force = shared.error_handling && (ep.status().is_err() || lock(&shared.failure).is_some() || why.is_some());
-    let mode = if force { CloseMode::Force } else { CloseMode::Flush };
-    let closed = py.allow_threads(|| close_within(&ep, mode));
-    // Deliver the cancellations now, so awaiting tasks see them on their next step.
-    engine.progress(py);
-    // What the cancel and the close did not end waits for a message tail that can no longer
-    // come (see `Engine::fail_stuck_ops_of`).
-    engine.fail_stuck_ops_of(py, shared.key, End::Closed);
-    lock(&engine.endpoints).remove(&shared.key);
-    crate::am::forget(engine, shared.handle);
-    shared.run_close_callback(py);
-    closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
 }
 
 impl Endpoint {
@@ -367,8 +379,12 @@ impl Endpoint {
         let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
-        let meta = meta(name, None, Some(self.shared.key));
-        self.engine.track_spinning(py, ep.tag_send_owned(buf, tag), on_done, meta, spin_us)
+        let op = Submission {
+            submitted: ep.tag_send_owned(buf, tag),
+            expect: Expect::new(name, None),
+            owner: Some(self.owner()),
+        };
+        submit::track_spinning(&self.engine, py, op, on_done, spin_us)
     }
 
     /// A worker-wide receive of exactly `tag`, registered on this endpoint, spinning up to
@@ -382,18 +398,8 @@ impl Endpoint {
         name: Option<String>,
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let shared = Some(&*self.shared);
-        let pending = crate::worker::tag_recv(
-            &self.engine,
-            py,
-            buffer,
-            tag,
-            ucx_core::FULL_MASK,
-            on_done,
-            shared,
-            name,
-            spin_us,
-        )?;
+        let recv = TagRecv { tag, mask: FULL_MASK, ep: Some(&self.shared), name, spin_us };
+        let pending = recv.post(&self.engine, buffer, on_done)?;
         if pending.is_some() {
             self.fail_if_peer_gone(py);
         }
@@ -407,21 +413,13 @@ impl Endpoint {
     /// The worker is progressed first, so fragments UCX holds but has not processed yet can
     /// still complete it.
     fn fail_if_peer_gone(&self, py: Python<'_>) {
-        if self.failure().is_none() {
+        if self.shared.failure().is_none() {
             return;
         }
         self.engine.progress(py);
-        if let Some(status) = self.failure() {
+        if let Some(status) = self.shared.failure() {
             self.engine.fail_stuck_ops_of(py, self.shared.key, End::PeerFailed(status));
         }
-    }
-
-    fn failure(&self) -> Option<Status> {
-        if let Some(s) = *lock(&self.shared.failure) {
-            return Some(s);
-        }
-        let ep = lock(&self.shared.ep).clone();
-        ep.and_then(|ep| ep.status().err().map(|e| e.status()))
     }
 }
 
@@ -437,38 +435,5 @@ impl Drop for Endpoint {
                 e.write_unraisable(py, None);
             }
         });
-    }
-}
-
-/// Closes `ep` with `mode`, forcing it if a flushing close has not finished in time.
-fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()> {
-    match ep.close(mode)? {
-        Submitted::Done(_) => Ok(()),
-        Submitted::InFlight(req) => {
-            let deadline = Instant::now() + FLUSH_CLOSE_LIMIT;
-            while !req.is_complete() && Instant::now() < deadline {
-                ep.worker().progress();
-            }
-            if !req.is_complete() {
-                // UCX cannot force a close already under way; let it finish in the background
-                // (queued sends still reach a live peer).
-                // SAFETY: the close request borrows the endpoint (UCX may call its error
-                // handler until the close ends); the keepalive owns a handle to it.
-                unsafe { req.detach_unchecked(Box::new(ep.clone()), false) };
-                return Ok(());
-            }
-            match req.wait() {
-                // A peer already gone is what closing is for, not a failure to report.
-                Err(e)
-                    if matches!(
-                        e.status(),
-                        Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable
-                    ) =>
-                {
-                    Ok(())
-                }
-                r => r.map(drop),
-            }
-        }
     }
 }

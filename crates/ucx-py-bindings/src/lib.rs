@@ -1,23 +1,29 @@
 //! The pyo3 extension `ucp._ucx_async`: the native half of the Python package `ucp`.
 //!
 //! # Map of the crate
-//! - [`context`]: `Context` (options, features, effective configuration, CUDA support).
-//! - [`worker`]: `Worker` (progress with the GIL released, wakeup fd and arming, worker-wide
-//!   tag receive and probe, flush, fence, active-message allocators, endpoint creation).
-//! - [`endpoint`]: `Endpoint` (tag, stream and active-message operations, peer failure,
-//!   close). [`listener`]: `Listener` and `ConnRequest`.
-//! - [`engine`]: every operation in flight, the events UCX callbacks record, and the drain
-//!   that resolves futures and runs Python callbacks after progress. [`target`]: where one
-//!   operation's outcome goes (asyncio future or callback). [`am`]: active-message routing.
-//! - [`rma`]: `MemoryHandle`, `RemoteKey`, and endpoint put/get.
+//! Listed from the bottom up: a module uses only modules above it (no import circles;
+//! `python/tests/test_layers.py` checks).
+//! - [`sync`]: locking that tolerates poisoning. [`errors`]: UCX failures as UCX-Py's
+//!   exception classes. [`buffer`]: Python buffers (buffer protocol,
+//!   `__cuda_array_interface__`) without copies; [`cuda_stream`] waits for a CUDA buffer's
+//!   stream before UCX touches the memory.
+//! - [`outcome`]: what a finished operation gives Python, its name in errors, the length
+//!   check. [`target`]: where one outcome goes (asyncio future or callback).
+//! - [`engine`]: the operations in flight (`ucx_core::Inflight`), the events UCX callbacks
+//!   queue, and the drain that delivers both after progress. It knows no endpoint type.
 //! - [`request`]: `Request`, the handle a transfer with a callback returns while in flight.
-//! - [`buffer`]: Python buffers (buffer protocol, `__cuda_array_interface__`) without copies.
-//! - [`host_pool`]: `HostPool`, receive buffers from host memory that is already backed.
-//! - [`errors`]: UCX failures as UCX-Py's exception classes.
-//! - [`collective`]: the communicator's tags and bootstrap messages for `ucp.collective`.
-//! - [`multirail`]: multi-rail's hello, header, part tags and share arithmetic for
-//!   `ucp.multirail`.
-//! - [`topology`]: `Topology` (ucx-topology: device distances, `UCX_NET_DEVICES` choice).
+//!   [`submit`]: what a submission gives Python (None, a future that cancels the operation
+//!   when cancelled, or a `Request`), with the optional inline spin.
+//! - [`am`]: `AmQueues`, UCX-Py's active-message receiving, queued per sender endpoint.
+//! - [`endpoint_life`]: an endpoint's state shared with the engine and UCX's error callback:
+//!   peer failure, our close, the close callback. [`endpoint`]: `Endpoint` (tag, stream,
+//!   active-message and RMA operations, `close`).
+//! - [`context`]: `Context`. [`rma`]: `MemoryHandle`, `RemoteKey`. [`listener`]: `Listener`
+//!   and `ConnRequest`. [`worker`]: `Worker` (progress and the blocking-mode pass, wakeup
+//!   fd, worker-wide receive and probe, flush, fence, endpoints and listeners).
+//! - Leaves: [`host_pool`] (`HostPool`, receive buffers from memory already backed),
+//!   [`collective`] and [`multirail`] (their wire bytes for `ucp.collective` and
+//!   `ucp.multirail`), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
 //!
 //! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
 //! pure Python in `python/ucp`.
@@ -29,13 +35,17 @@ mod collective;
 mod context;
 mod cuda_stream;
 mod endpoint;
+mod endpoint_life;
 mod engine;
 mod errors;
 mod host_pool;
 mod listener;
 mod multirail;
+mod outcome;
 mod request;
 mod rma;
+mod submit;
+mod sync;
 mod target;
 mod topology;
 mod worker;

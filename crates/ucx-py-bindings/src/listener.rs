@@ -7,8 +7,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use ucx_core::ConnRequest;
 
-use crate::engine::{lock, Engine};
+use crate::engine::Engine;
 use crate::errors;
+use crate::sync::lock;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Listener {
@@ -29,9 +30,15 @@ impl Listener {
             Some(s) => s.parse().map_err(|_| PyValueError::new_err(format!("not an IP address: {s:?}")))?,
         };
         let callback = Arc::new(callback);
-        let events = engine.events.clone();
+        let events = engine.events();
         let listener = ucx_core::Listener::bind(&engine.worker, SocketAddr::new(ip, port), move |req| {
-            lock(&events).conns.push((callback.clone(), req));
+            let callback = callback.clone();
+            events.push(Box::new(move |_, py| {
+                let request = ConnRequestPy::wrap(req);
+                if let Err(e) = Py::new(py, request).and_then(|r| callback.bind(py).call1((r,))) {
+                    e.write_unraisable(py, None);
+                }
+            }));
         })
         .map_err(|e| errors::from_core(py, &e))?;
         let addr = listener.local_addr();
@@ -72,7 +79,7 @@ pub(crate) struct ConnRequestPy {
 }
 
 impl ConnRequestPy {
-    pub(crate) fn wrap(req: ConnRequest) -> ConnRequestPy {
+    fn wrap(req: ConnRequest) -> ConnRequestPy {
         let client = req.client_addr();
         ConnRequestPy { inner: Mutex::new(Some(req)), client }
     }

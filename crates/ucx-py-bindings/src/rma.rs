@@ -1,18 +1,14 @@
 //! Remote memory access from Python: `MemoryHandle` (memory registered with UCX, allocated by
 //! it or a Python buffer it keeps alive), `RemoteKey` (a peer's packed key unpacked on an
-//! endpoint), and the endpoint's one-sided `put`/`get`.
+//! endpoint). The one-sided `put`/`get` are `Endpoint` methods.
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use ucx_core::Owned;
 
 use crate::buffer::{PyBuf, PyBufMut};
 use crate::context::Context;
-use crate::endpoint::Endpoint;
-use crate::engine::Name;
 use crate::errors;
-use crate::worker::meta;
 
 /// The Python object whose memory a handle maps, kept alive as long as the handle (held
 /// only to be dropped, hence never read).
@@ -93,44 +89,4 @@ impl MemoryHandle {
 #[pyclass(frozen, module = "ucp._ucx_async")]
 pub(crate) struct RemoteKey {
     pub(crate) inner: Arc<ucx_core::RemoteKey>,
-}
-
-impl Endpoint {
-    pub(crate) fn unpack_rkey_impl(&self, py: Python<'_>, packed: &[u8]) -> PyResult<RemoteKey> {
-        let ep = self.ep(py)?;
-        let key = ep.unpack_rkey(packed).map_err(|e| errors::from_core(py, &e))?;
-        Ok(RemoteKey { inner: Arc::new(key) })
-    }
-
-    pub(crate) fn put_impl(
-        &self,
-        py: Python<'_>,
-        buffer: &Bound<'_, PyAny>,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        on_done: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
-        let buf = PyBuf::readable(buffer)?;
-        let name = Name::Given("put".into());
-        // The key travels with the buffer: UCX uses it until the operation completes.
-        let submitted = Owned::submit(Box::new((buf, rkey.inner.clone())), false, |b| ep.put(&b.0, remote_addr, &b.1));
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
-    }
-
-    pub(crate) fn get_impl(
-        &self,
-        py: Python<'_>,
-        buffer: &Bound<'_, PyAny>,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-        on_done: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
-        let buf = PyBuf::writable(buffer)?;
-        let name = Name::Given("get".into());
-        let submitted =
-            Owned::submit(Box::new((buf, rkey.inner.clone())), true, |b| ep.get(&mut b.0, remote_addr, &b.1));
-        self.engine.track(py, submitted, on_done, meta(name, None, Some(self.shared.key)))
-    }
 }

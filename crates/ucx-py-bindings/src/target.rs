@@ -8,15 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBool, PyCFunction, PyTuple};
+use pyo3::types::{PyCFunction, PyTuple};
 
-use crate::engine::lock;
+use crate::outcome::Outcome;
+use crate::sync::lock;
 
 static GET_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static PEEK_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
-
-/// The outcome a target receives: a value or an exception.
-pub(crate) type Outcome = Result<Py<PyAny>, PyErr>;
 
 /// What to do with a value whose future was cancelled before the value reached it (a received
 /// message nobody will see): put it back, or close the endpoint it came on.
@@ -156,9 +154,4 @@ fn set_or(
         fut.call_method1(pyo3::intern!(py, "set_exception"), (exc,))?;
     }
     Ok(())
-}
-
-/// Python's `True`, what most operations resolve to (as in UCX-Py).
-pub(crate) fn py_true(py: Python<'_>) -> Py<PyAny> {
-    PyBool::new(py, true).to_owned().into_any().unbind()
 }

@@ -2,20 +2,21 @@
 //! arming for the blocking-mode driver, worker-wide tag receives and probes, flush, fence,
 //! active-message allocators, and creating endpoints and listeners.
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use ucx_core::{wire, Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
+use ucx_core::{Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
 
-use crate::buffer::PyBuf;
+use crate::am::AmQueues;
 use crate::context::Context;
-use crate::endpoint::Endpoint;
-use crate::engine::{lock, Engine, EpShared, Meta, Name};
+use crate::endpoint::{Endpoint, TagRecv};
+use crate::engine::Engine;
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
+use crate::outcome::{Expect, Name};
+use crate::submit::{self, Submission};
 
 /// The most messages one `purge_unexpected` call drops.
 const PURGE_LIMIT: usize = 1 << 20;
@@ -23,6 +24,8 @@ const PURGE_LIMIT: usize = 1 << 20;
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
     pub(crate) engine: Arc<Engine>,
+    /// Where active messages to UCX-Py's handler wait for their endpoint's `am_recv`.
+    am: Arc<AmQueues>,
 }
 
 #[pymethods]
@@ -33,14 +36,11 @@ impl Worker {
     fn new(py: Python<'_>, context: &Context) -> PyResult<Worker> {
         let worker = ucx_core::Worker::new(&context.inner).map_err(|e| errors::from_core(py, &e))?;
         let engine = Engine::new(worker, context.cuda_support());
+        let am = Arc::new(AmQueues::default());
         if context.inner.features().contains(Features::AM) {
-            let events = engine.events.clone();
-            engine
-                .worker
-                .set_am_handler(wire::am_header::UCXPY_AM_ID, move |msg| lock(&events).am.push(msg))
-                .map_err(|e| errors::from_core(py, &e))?;
+            am.install(&engine).map_err(|e| errors::from_core(py, &e))?;
         }
-        Ok(Worker { engine })
+        Ok(Worker { engine, am })
     }
 
     /// The `ucp_worker_h`, as an int.
@@ -120,7 +120,7 @@ impl Worker {
     /// Sets (or clears, with None) the callable the engine calls when an operation is waiting
     /// for progress the event loop would not otherwise give it.
     fn set_progress_hook(&self, hook: Option<Py<PyAny>>) {
-        *lock(&self.engine.progress_hook) = hook;
+        self.engine.set_progress_hook(hook);
     }
 
     /// The worker's address (`ucp_worker_get_address`), as bytes.
@@ -145,8 +145,8 @@ impl Worker {
     fn flush(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
         let worker = self.engine.worker.clone();
         let submitted = Owned::submit(Box::new(()), false, move |_| worker.flush());
-        let meta = meta(Name::Given("flush".into()), None, None);
-        self.engine.track(py, submitted, on_done, meta)
+        let op = Submission { submitted, expect: Expect::new(Name::Given("flush".into()), None), owner: None };
+        submit::track(&self.engine, py, op, on_done)
     }
 
     /// Whether a message with exactly `tag` has arrived and waits unclaimed.
@@ -175,10 +175,8 @@ impl Worker {
     /// Receives a message with `tag` (under `mask`) into `buffer`, which it must fill exactly.
     /// Registered on endpoint `ep` if given, so closing or losing `ep` cancels it.
     #[pyo3(signature = (buffer, tag, mask = FULL_MASK, on_done = None, ep = None, name = None))]
-    #[allow(clippy::too_many_arguments)] // UCX-Py's keyword arguments, one for one
     fn tag_recv(
         &self,
-        py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         tag: u64,
         mask: u64,
@@ -186,7 +184,8 @@ impl Worker {
         ep: Option<&Endpoint>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        tag_recv(&self.engine, py, buffer, tag, mask, on_done, ep.map(|e| &*e.shared), name, 0)
+        let recv = TagRecv { tag, mask, ep: ep.map(|e| &e.shared), name, spin_us: 0 };
+        recv.post(&self.engine, buffer, on_done)
     }
 
     /// Registers the callable that allocates received active messages of a memory type
@@ -197,14 +196,14 @@ impl Worker {
             1 => 1,
             _ => return Err(PyValueError::new_err(format!("memory type {memory_type} has no allocator slot"))),
         };
-        lock(&self.engine.am).allocators[slot] = Some(allocator);
+        self.am.set_allocator(slot == 1, allocator);
         Ok(())
     }
 
     /// How many operations were canceled because their endpoint failed, since the last call
     /// (UCX-Py's `cancel_inflight_messages`; the cancelling itself happens during progress).
     fn cancel_inflight_messages(&self) -> u64 {
-        self.engine.canceled_on_error.swap(0, Ordering::Relaxed)
+        self.engine.take_canceled_on_error()
     }
 
     /// How many operations are in flight.
@@ -222,7 +221,7 @@ impl Worker {
     fn connect(&self, py: Python<'_>, ip: &str, port: u16, error_handling: bool) -> PyResult<Endpoint> {
         let ip: IpAddr = ip.parse().map_err(|_| PyValueError::new_err(format!("not an IP address: {ip:?}")))?;
         let addr = SocketAddr::new(ip, port);
-        Endpoint::create(py, &self.engine, error_handling, |params| {
+        Endpoint::create(py, &self.engine, &self.am, error_handling, |params| {
             ucx_core::Endpoint::connect(&self.engine.worker, addr, params)
         })
     }
@@ -232,7 +231,7 @@ impl Worker {
     fn connect_to_worker(&self, py: Python<'_>, address: &[u8], error_handling: bool) -> PyResult<Endpoint> {
         let address = WorkerAddress::from_bytes(address)
             .map_err(|e| PyValueError::new_err(format!("not a UCX worker address: {e}")))?;
-        Endpoint::create(py, &self.engine, error_handling, |params| {
+        Endpoint::create(py, &self.engine, &self.am, error_handling, |params| {
             ucx_core::Endpoint::connect_to_worker(&self.engine.worker, &address, params).map_err(|e| {
                 // Over shared memory a worker that is gone shows as its segment failing to
                 // attach; what that means for the caller is UCX-Py's "Destination is
@@ -254,7 +253,7 @@ impl Worker {
     #[pyo3(signature = (request, error_handling = true))]
     fn accept(&self, py: Python<'_>, request: &ConnRequestPy, error_handling: bool) -> PyResult<Endpoint> {
         let req = request.take(py)?;
-        Endpoint::create(py, &self.engine, error_handling, |params| {
+        Endpoint::create(py, &self.engine, &self.am, error_handling, |params| {
             ucx_core::Endpoint::accept(&self.engine.worker, req, params)
         })
     }
@@ -265,33 +264,4 @@ impl Worker {
     fn listen(&self, py: Python<'_>, callback: Py<PyAny>, port: u16, ip: Option<&str>) -> PyResult<Listener> {
         Listener::bind(py, &self.engine, callback, port, ip)
     }
-}
-
-/// A worker-wide tag receive that must fill `buffer` exactly; registered on `ep` (if given),
-/// whose closing or failure cancels it. Shared by `Worker.tag_recv` and `Endpoint.tag_recv`.
-/// With `spin_us`, a receive UCX did not finish at once progresses the worker (GIL released)
-/// for up to that long first: a reply that lands meanwhile completes the call inline, with no
-/// future and no trip through the event loop.
-#[allow(clippy::too_many_arguments)] // UCX-Py's keyword arguments, one for one
-pub(crate) fn tag_recv(
-    engine: &Arc<Engine>,
-    py: Python<'_>,
-    buffer: &Bound<'_, PyAny>,
-    tag: u64,
-    mask: u64,
-    on_done: Option<&Bound<'_, PyAny>>,
-    ep: Option<&EpShared>,
-    name: Option<String>,
-    spin_us: u64,
-) -> PyResult<Option<Py<PyAny>>> {
-    let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
-    let nbytes = buf.len();
-    let name = Name::or_op(name, "Recv", ep.map_or(0, |e| e.handle), Some(tag), nbytes);
-    let submitted = engine.worker.tag_recv_owned(buf, tag, mask);
-    let meta = meta(name, Some(nbytes), ep.map(|e| e.key));
-    engine.track_spinning(py, submitted, on_done, meta, spin_us)
-}
-
-pub(crate) fn meta(name: Name, expect_len: Option<usize>, ep: Option<u64>) -> Meta {
-    Meta { expect_len, ep, name, stream_recv: false, value: None }
 }

@@ -1,0 +1,117 @@
+//! `Inflight` over real UCX on loopback: completions are queued by id and taken with their
+//! data, cancelling by predicate reaches exactly the chosen operations, a completion drained
+//! before the operation was kept is not lost, and `spin_until` stops on `done` or its budget.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ucx_core::{Inflight, Status, FULL_MASK};
+
+/// Keeps a receive of `len` bytes with `tag` on the server, under data `data`; returns its id.
+fn keep_recv(pair: &Pair, table: &Inflight<&'static str>, tag: u64, len: usize, data: &'static str) -> u64 {
+    let mut owned = pair.server.tag_recv_owned(vec![0u8; len], tag, FULL_MASK).unwrap();
+    let (id, finished) = table.start(&mut owned);
+    assert!(finished.is_none(), "a receive with no message yet cannot be finished");
+    table.keep(id, owned, data);
+    id
+}
+
+/// Progresses both workers until the table reports a completion; returns the ids.
+fn done_ids(pair: &Pair, table: &Inflight<&'static str>) -> Vec<u64> {
+    progress_until(&[&pair.server, &pair.client], "a completion", || table.has_done());
+    table.take_done()
+}
+
+#[test]
+fn a_completion_is_queued_by_id_and_taken_with_its_data() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let table = Inflight::new();
+    let id = keep_recv(&pair, &table, 10, 4, "first");
+    assert!(table.contains(id));
+    assert_eq!(table.len(), 1);
+    wait_on(&[&pair.server, &pair.client], pair.client_ep.tag_send(&[1u8, 2, 3, 4], 10).unwrap());
+    assert_eq!(done_ids(&pair, &table), vec![id]);
+    let (result, data) = table.finish(id).expect("finished");
+    assert_eq!(result.unwrap().length, 4);
+    assert_eq!(data, "first");
+    assert!(table.is_empty());
+    assert!(table.finish(id).is_none(), "an id is finished once");
+}
+
+#[test]
+fn cancel_where_cancels_only_the_chosen_operations() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let table = Inflight::new();
+    let a = keep_recv(&pair, &table, 20, 8, "a");
+    let b = keep_recv(&pair, &table, 21, 8, "b");
+    assert_eq!(table.cancel_where(|d| *d == "a"), 1);
+    assert_eq!(done_ids(&pair, &table), vec![a]);
+    let (result, _) = table.finish(a).unwrap();
+    assert_eq!(result.unwrap_err().status(), Status::Canceled);
+    assert!(table.contains(b), "the other receive is still in flight");
+    assert_eq!(table.cancel(b, |d| d.len()), Some(1));
+    assert_eq!(done_ids(&pair, &table), vec![b]);
+    assert!(table.finish(b).unwrap().0.is_err());
+    assert_eq!(table.cancel(b, |_| ()), None, "nothing to cancel once finished");
+}
+
+#[test]
+fn a_completion_drained_before_keep_is_queued_again() {
+    // Another thread may progress and drain between `start` and `keep`: that drain finds no
+    // entry for the id. `keep` must queue the completion again, or it is lost.
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let table = Inflight::new();
+    let mut owned = pair.server.tag_recv_owned(vec![0u8; 2], 30, FULL_MASK).unwrap();
+    let (id, finished) = table.start(&mut owned);
+    assert!(finished.is_none());
+    wait_on(&[&pair.server, &pair.client], pair.client_ep.tag_send(&[5u8, 6], 30).unwrap());
+    progress_until(&[&pair.server, &pair.client], "the receive", || owned.is_complete());
+    // The drain of the other thread: the id is taken, but nothing is there to finish.
+    assert_eq!(table.take_done(), vec![id]);
+    assert!(table.finish(id).is_none());
+    table.keep(id, owned, "late");
+    assert_eq!(table.take_done(), vec![id], "keep queued the completion again");
+    let (result, data) = table.finish(id).unwrap();
+    assert_eq!((result.unwrap().length, data), (2, "late"));
+}
+
+#[test]
+fn take_unfinished_where_removes_only_running_chosen_operations() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let table = Inflight::new();
+    let stuck = keep_recv(&pair, &table, 40, 8, "stuck");
+    let other = keep_recv(&pair, &table, 41, 8, "other");
+    assert_eq!(table.take_unfinished_where(|d| *d == "stuck"), vec!["stuck"]);
+    assert!(!table.contains(stuck));
+    assert!(table.contains(other));
+    table.cancel_all();
+    // The removed receive's drop cancelled it too: its id may be reported, with nothing left
+    // to finish.
+    progress_until(&[&pair.server, &pair.client], "the cancel", || table.take_done().contains(&other));
+    assert!(table.finish(stuck).is_none());
+    assert!(table.finish(other).unwrap().0.is_err());
+    assert!(table.take_all().is_empty());
+}
+
+#[test]
+fn spin_until_stops_when_done_or_when_the_budget_is_spent() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    // Nothing will arrive: the spin ends at its budget, not long after it.
+    let started = Instant::now();
+    let spin = pair.server.spin_until(Duration::from_millis(20), || false);
+    let took = started.elapsed();
+    assert!(!spin.done);
+    assert!(took >= Duration::from_millis(20) && took < Duration::from_secs(2), "spun {took:?}");
+    // A message already sent: the spin ends as soon as the receive completes.
+    let owned = pair.server.tag_recv_owned(vec![0u8; 3], 50, FULL_MASK).unwrap();
+    wait_on(&[&pair.client], pair.client_ep.tag_send(&[1u8, 2, 3], 50).unwrap());
+    let spin = pair.server.spin_until(Duration::from_secs(10), || owned.is_complete());
+    assert!(spin.done);
+    assert_eq!(owned.into_buffer(), Some(vec![1u8, 2, 3]));
+}

@@ -1,0 +1,192 @@
+//! An endpoint's life as the engine and UCX callbacks see it ([`EpShared`]): the failure UCX
+//! reports for the peer, our own close (and why), the close callback; what a failure does to
+//! the endpoint's operations, and how closing it ends them.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use ucx_core::{CloseMode, EndpointParams, Status, Submitted};
+
+use crate::am::AmQueues;
+use crate::engine::{Engine, OpOwner};
+use crate::errors::{self, End, Kind};
+use crate::sync::lock;
+
+/// How long `close()` waits for a flushing close before leaving it to finish in the background.
+/// It blocks the event loop meanwhile: with 5 s, a soak whose clients were killed at random
+/// (some mid-handshake, whose failure UCX had not reported yet) stalled the server for
+/// seconds per close, and other clients' handshakes timed out.
+const FLUSH_CLOSE_LIMIT: Duration = Duration::from_millis(100);
+
+/// A Python endpoint's state, shared with the engine (as its operations' [`OpOwner`]) and
+/// with UCX's error callback.
+pub(crate) struct EpShared {
+    pub(crate) key: u64,
+    pub(crate) handle: usize,
+    pub(crate) ep: Mutex<Option<ucx_core::Endpoint>>,
+    pub(crate) error_handling: bool,
+    /// The worker's active-message queues, where this endpoint's messages wait.
+    pub(crate) am: Arc<AmQueues>,
+    /// The failure UCX reported for the peer, kept after the endpoint is closed.
+    pub(crate) failure: Mutex<Option<Status>>,
+    /// Why we closed the endpoint ourselves, when it was not the caller's `close()`; later
+    /// operations raise `UCXEndpointClosed` with it.
+    pub(crate) closed_because: Mutex<Option<&'static str>>,
+    /// Set when this side began closing (`Endpoint.close` telling the peer first): the reset
+    /// the peer answers with is our close, not a failure of the peer.
+    pub(crate) closing: AtomicBool,
+    /// Set once `close` has finished: a failure reported after that is not news to anyone.
+    closed: AtomicBool,
+    pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
+}
+
+impl EpShared {
+    /// Creates an endpoint with `make`, UCX's error callback queuing [`EpShared::on_failure`]
+    /// for the engine's next drain.
+    pub(crate) fn create(
+        py: Python<'_>,
+        engine: &Engine,
+        am: &Arc<AmQueues>,
+        error_handling: bool,
+        make: impl FnOnce(EndpointParams) -> ucx_core::Result<ucx_core::Endpoint>,
+    ) -> PyResult<Arc<EpShared>> {
+        // The callback must not own the state (the state owns the endpoint, which owns the
+        // callback), and the state exists only once UCX made the endpoint.
+        let me: Arc<OnceLock<Weak<EpShared>>> = Arc::default();
+        let (for_callback, events) = (me.clone(), engine.events());
+        let params = EndpointParams::default().error_handling(error_handling).on_error(move |status| {
+            // Looked up when the event runs: by then `create` has returned (it holds the GIL).
+            let me = for_callback.clone();
+            events.push(Box::new(move |engine, py| {
+                if let Some(shared) = me.get().and_then(Weak::upgrade) {
+                    shared.on_failure(engine, py, status);
+                }
+            }));
+        });
+        let ep = make(params).map_err(|e| errors::from_core(py, &e))?;
+        let shared = Arc::new(EpShared {
+            key: engine.next_key(),
+            handle: ep.id(),
+            ep: Mutex::new(Some(ep)),
+            error_handling,
+            am: am.clone(),
+            failure: Mutex::new(None),
+            closed_because: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            close_callback: Mutex::new(None),
+        });
+        let _ = me.set(Arc::downgrade(&shared));
+        Ok(shared)
+    }
+
+    /// Runs the close callback, at most once over the endpoint's life.
+    pub(crate) fn run_close_callback(&self, py: Python<'_>) {
+        let cb = lock(&self.close_callback).take();
+        if let Some(cb) = cb {
+            if let Err(e) = cb.bind(py).call0() {
+                e.write_unraisable(py, None);
+            }
+        }
+    }
+
+    /// The peer failed: record it, cancel the endpoint's operations and waiting
+    /// active-message receives, and run its close callback (UCX-Py's blocking-mode semantics,
+    /// in both modes).
+    fn on_failure(&self, engine: &Engine, py: Python<'_>, status: Status) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        lock(&self.failure).get_or_insert(status);
+        let end = if self.closing.load(Ordering::Acquire) { End::Closed } else { End::PeerFailed(status) };
+        let n = engine.cancel_ops_of(self.key, end);
+        engine.fail_stuck_ops_of(py, self.key, end);
+        let waiting = self.am.fail_waiting(py, self.handle, end);
+        engine.count_canceled_on_error(n + waiting as u64);
+        self.run_close_callback(py);
+    }
+
+    /// Closes the endpoint (see `Endpoint.close`); `why`, when we close it on our own, is what
+    /// later operations on it report.
+    pub(crate) fn close(&self, engine: &Engine, py: Python<'_>, why: Option<&'static str>) -> PyResult<()> {
+        let Some(ep) = lock(&self.ep).take() else { return Ok(()) };
+        if why.is_some() {
+            *lock(&self.closed_because) = why;
+        }
+        engine.cancel_ops_of(self.key, End::Closed);
+        self.am.fail_waiting(py, self.handle, End::Closed);
+        let force = self.error_handling && (ep.status().is_err() || lock(&self.failure).is_some() || why.is_some());
+        let mode = if force { CloseMode::Force } else { CloseMode::Flush };
+        let closed = py.allow_threads(|| close_within(&ep, mode));
+        // Deliver the cancellations now, so awaiting tasks see them on their next step.
+        engine.progress(py);
+        // What the cancel and the close did not end waits for a message tail that can no
+        // longer come (see `Engine::fail_stuck_ops_of`).
+        engine.fail_stuck_ops_of(py, self.key, End::Closed);
+        self.closed.store(true, Ordering::Release);
+        self.am.forget(self.handle);
+        self.run_close_callback(py);
+        closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
+    }
+
+    /// The failure UCX reported for the peer, or the endpoint's status says.
+    pub(crate) fn failure(&self) -> Option<Status> {
+        if let Some(s) = *lock(&self.failure) {
+            return Some(s);
+        }
+        let ep = lock(&self.ep).clone();
+        ep.and_then(|ep| ep.status().err().map(|e| e.status()))
+    }
+}
+
+impl OpOwner for EpShared {
+    fn key(&self) -> u64 {
+        self.key
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    fn lost_message(&self, engine: &Engine, py: Python<'_>) {
+        let why = "a receive on it was cancelled after UCX had matched a message to it, so the endpoint was \
+                   closed rather than lose that message silently";
+        if let Err(e) = self.close(engine, py, Some(why)) {
+            e.write_unraisable(py, None);
+        }
+    }
+}
+
+/// Closes `ep` with `mode`, forcing it if a flushing close has not finished in time.
+fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()> {
+    match ep.close(mode)? {
+        Submitted::Done(_) => Ok(()),
+        Submitted::InFlight(req) => {
+            let deadline = Instant::now() + FLUSH_CLOSE_LIMIT;
+            while !req.is_complete() && Instant::now() < deadline {
+                ep.worker().progress();
+            }
+            if !req.is_complete() {
+                // UCX cannot force a close already under way; let it finish in the background
+                // (queued sends still reach a live peer).
+                // SAFETY: the close request borrows the endpoint (UCX may call its error
+                // handler until the close ends); the keepalive owns a handle to it.
+                unsafe { req.detach_unchecked(Box::new(ep.clone()), false) };
+                return Ok(());
+            }
+            match req.wait() {
+                // A peer already gone is what closing is for, not a failure to report.
+                Err(e)
+                    if matches!(
+                        e.status(),
+                        Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable
+                    ) =>
+                {
+                    Ok(())
+                }
+                r => r.map(drop),
+            }
+        }
+    }
+}

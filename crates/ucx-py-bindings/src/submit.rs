@@ -1,0 +1,104 @@
+//! What Python gets back for a submitted operation: `None` when UCX finished it at once, an
+//! asyncio future whose cancellation cancels the operation in UCX, or (given a callback) a
+//! [`Request`]. With a spin, a call progresses the worker for a moment first, so a reply that
+//! lands meanwhile completes it inline, with no future and no trip through the event loop.
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyTuple};
+use ucx_core::Owned;
+
+use crate::buffer;
+use crate::engine::{Engine, OpOwner, Sink};
+use crate::errors::{self, Kind};
+use crate::outcome::Expect;
+use crate::request::Request;
+use crate::target::Target;
+
+/// A submitted operation and how its outcome is judged.
+pub(crate) struct Submission<B: Send + 'static> {
+    pub(crate) submitted: ucx_core::Result<Owned<B>>,
+    pub(crate) expect: Expect,
+    /// The endpoint whose closing or failure ends the operation.
+    pub(crate) owner: Option<Arc<dyn OpOwner>>,
+}
+
+/// Takes a submitted operation: finished inline, it is checked and `Ok(None)` returned (or its
+/// error raised); in flight, it is tracked and the future (or a [`Request`], given `on_done`)
+/// returned.
+pub(crate) fn track<B: Send + 'static>(
+    engine: &Arc<Engine>,
+    py: Python<'_>,
+    op: Submission<B>,
+    on_done: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let Submission { submitted, expect, owner } = op;
+    // A submission UCX refused at once is named by the operation first, as UCX-Py's
+    // `<name>: status`, so callers (and logs) see which send or receive it was.
+    let mut owned =
+        submitted.map_err(|e| errors::new(py, Kind::Error, format!("<{}>: {e}", expect.name.render())))?;
+    let (id, finished) = engine.start(py, &mut owned, &expect);
+    if let Some(out) = finished {
+        drop(owned);
+        buffer::release_deferred(py);
+        return out.map(|_| None);
+    }
+    // Making the future runs Python, which may let another thread progress and drain
+    // meanwhile: `Engine::keep` copes with a completion drained before it.
+    let (target, ret) = Target::new(py, on_done)?;
+    engine.keep(py, id, owned, Sink::Target(target), expect, owner);
+    match ret {
+        Some(fut) => {
+            cancel_with(engine, py, id, fut.bind(py))?;
+            Ok(Some(fut))
+        }
+        None => Ok(Some(Py::new(py, Request { id, engine: Arc::downgrade(engine) })?.into_any())),
+    }
+}
+
+/// [`track`], first progressing the worker (GIL released) for up to `spin_us` if the
+/// operation is in flight. Only after tracking it does it deliver what else the spin
+/// completed: an endpoint failure the spin saw must find the operation tracked, to cancel it
+/// (UCX does not end a tag receive when an endpoint fails), and an event the spin consumed
+/// would otherwise wait for a pass that the sleeping loop never runs.
+pub(crate) fn track_spinning<B: Send + 'static>(
+    engine: &Arc<Engine>,
+    py: Python<'_>,
+    op: Submission<B>,
+    on_done: Option<&Bound<'_, PyAny>>,
+    spin_us: u64,
+) -> PyResult<Option<Py<PyAny>>> {
+    let (op, spun) = match op.submitted {
+        Ok(owned) if spin_us > 0 && !owned.is_complete() => {
+            let owned = py.allow_threads(move || {
+                engine.spin_until(spin_us, || owned.is_complete());
+                owned
+            });
+            (Submission { submitted: Ok(owned), ..op }, true)
+        }
+        submitted => (Submission { submitted, ..op }, false),
+    };
+    let tracked = track(engine, py, op, on_done);
+    if spun {
+        engine.drain(py);
+    }
+    tracked
+}
+
+/// Makes cancelling `fut` (a task cancel, a `wait_for` timeout) cancel operation `id` in UCX.
+/// The callback is added before any task awaits the future, so it runs before the cancelled
+/// task resumes: when the caller sees the cancellation, UCX has let go.
+fn cancel_with(engine: &Arc<Engine>, py: Python<'_>, id: u64, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+    let engine = Arc::downgrade(engine);
+    let on_done = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
+        let fut = args.get_item(0)?;
+        if fut.call_method0(pyo3::intern!(args.py(), "cancelled"))?.is_truthy()? {
+            if let Some(engine) = engine.upgrade() {
+                engine.canceled_by_caller(args.py(), id);
+            }
+        }
+        Ok(())
+    })?;
+    fut.call_method1(pyo3::intern!(py, "add_done_callback"), (on_done,))?;
+    Ok(())
+}
