@@ -13,8 +13,8 @@ import os
 import weakref
 
 # How long (microseconds) a blocking-mode pass keeps progressing for an awaited operation
-# before sleeping on the fd: waking from the fd costs ~40 us on a virtual machine, a reply on
-# shared memory arrives in a few. 0 disables it.
+# before sleeping on the fd, because waking from the fd costs more than a reply over shared
+# memory takes (docs/spin.md has the figures). 0 disables it.
 SPIN_US = int(os.environ.get("UCXPY_SPIN_US", "100"))
 
 

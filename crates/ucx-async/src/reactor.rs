@@ -50,10 +50,9 @@ pub(crate) struct Signals {
 }
 
 /// How long a waiting future progresses the worker itself before it yields (and, in event
-/// mode, lets the reactor sleep): it catches a reply over shared memory (about 1 µs here) and
-/// keeps a window of large sends flowing (event mode, 1 MiB streaming: 4.9 GB/s with 5 µs,
-/// 6.3–8.3 with 20 µs, 9.1 with 50 µs, before the size-scaled budget below); it is spent only
-/// while an operation is awaited, so an idle process stays idle.
+/// mode, lets the reactor sleep): it catches a reply over shared memory and keeps a window of
+/// large sends flowing; it is spent only while an operation is awaited, so an idle process
+/// stays idle. The measurements behind it: docs/spin.md.
 const INLINE_SPIN: Duration = Duration::from_micros(20);
 
 /// The rate the inline spin budget assumes for an operation's bytes (8 GB/s, shared memory).
@@ -72,10 +71,10 @@ impl Signals {
     }
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
-    /// out. The budget grows with the `bytes` the operation moves, by about the time they take
-    /// over shared memory: a large transfer finishes in the spin instead of after a trip
-    /// through the fd and the scheduler (event mode, 1 MiB streaming: 6.4–9.4 GB/s with a flat
-    /// 20 µs, 10.4–11.6 with 100 µs). Returns at once if `done()` already holds.
+    /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with the
+    /// `bytes` the operation moves, by about the time they take over shared memory: a large
+    /// transfer finishes in the spin instead of after a trip through the fd and the scheduler
+    /// (docs/spin.md). Returns at once if `done()` already holds.
     pub(crate) fn spin_until(&self, bytes: usize, done: impl FnMut() -> bool) {
         let budget = self.inline_spin + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN);
         let spin = self.worker.spin_until(budget, done);
