@@ -8,7 +8,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
-use ucx_core::wire::am_header;
 use ucx_core::{AmMessage, MemoryType, RecvBuffer};
 
 /// Memory an active message is received into (host memory, or device memory from a CUDA
@@ -43,7 +42,9 @@ pub(crate) struct AmRouter {
 impl AmRouter {
     /// The handler body: runs inside progress.
     pub(crate) fn deliver(&self, msg: AmMessage) {
-        let key = msg.reply_ep().unwrap_or(0);
+        // UCX-Py's rule: a message without a reply endpoint has no sender to queue it under,
+        // and nobody could ever receive it.
+        let Some(key) = msg.reply_ep() else { return };
         let waker = {
             let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             let queue = q.entry(key).or_default();
@@ -98,13 +99,4 @@ impl AmRouter {
             (None, _) => None,
         }
     }
-}
-
-/// The memory type a UCX-Py header announces (host when absent or malformed, as eager data
-/// arrives in host memory anyway).
-pub(crate) fn header_memory_type(header: &[u8]) -> MemoryType {
-    am_header::decode(header)
-        .ok()
-        .and_then(|raw| u32::try_from(raw).ok())
-        .map_or(MemoryType::Host, MemoryType::from_raw)
 }

@@ -12,7 +12,7 @@ use ucx_core::{
     AmSendOptions, CloseMode, EndpointParams, MemoryType, RecvBuffer, SendBuffer, Submitted, WorkerAddress, FULL_MASK,
 };
 
-use crate::am::{header_memory_type, AmBuffer};
+use crate::am::AmBuffer;
 use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
@@ -314,7 +314,9 @@ impl Endpoint {
         let router = &self.inner.worker.inner.am;
         let signals = &self.inner.worker.inner.signals;
         let msg = AmWait { router, signals, ep: self.inner.core_id, state: &self.inner.state, slot: None }.await?;
-        let mt = if msg.is_rendezvous() { header_memory_type(msg.header()) } else { MemoryType::Host };
+        let mt = am_header::receive_memory_type(msg.header(), msg.is_rendezvous())
+            .map(|raw| MemoryType::from_raw(raw as u32))
+            .map_err(|e| Error::Protocol { op: "Endpoint::am_recv", detail: e.to_string() })?;
         let len = msg.data_len();
         let Some(mut buf) = router.allocate(mt, len) else {
             return Err(Error::NoAllocator { memory_type: mt });

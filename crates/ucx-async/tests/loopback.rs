@@ -373,6 +373,26 @@ async fn active_messages_per_endpoint_with_allocators() {
 }
 
 #[tokio::test]
+async fn an_active_message_without_ucxpy_header_is_a_protocol_error_and_the_next_one_arrives() {
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    // A 2-byte header is not UCX-Py's 4-byte memory type: the receive says so, by cause.
+    let opts = ucx_async::core::AmSendOptions { reply: true, ..Default::default() };
+    let sent = client.core().am_send(0, &[1u8, 0], &[9u8; 16][..], opts).unwrap();
+    if let ucx_async::core::Submitted::InFlight(r) = sent {
+        while !r.is_complete() {
+            tokio::task::yield_now().await;
+        }
+    }
+    let e = server.am_recv().await.map(|_| ()).unwrap_err();
+    assert!(matches!(e, ucx_async::Error::Protocol { .. }), "{e:?}");
+    assert!(e.to_string().contains("active-message header"), "{e}");
+    // The endpoint goes on: a proper message is received next.
+    client.am_send(&[5u8; 8][..]).await.unwrap();
+    let got = server.am_recv().await.unwrap().into_any().downcast::<Vec<u8>>().unwrap();
+    assert_eq!(*got, vec![5u8; 8]);
+}
+
+#[tokio::test]
 async fn rma_put_and_get() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     let mem = ucx_async::core::MemoryHandle::allocate(server.worker().core().context(), 4096).unwrap();

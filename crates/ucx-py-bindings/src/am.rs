@@ -57,10 +57,9 @@ impl AmQueues {
             // UCX-Py's handler requires a reply endpoint to know whose message it is.
             return;
         };
-        let memory_type = wire::am_header::decode(msg.header()).map(|m| MemoryType::from_raw(m as u32));
-        // Eager data is always copied into host memory (as UCX-Py did); rendezvous data goes
-        // straight into memory of the sender's type.
-        let cuda = msg.is_rendezvous() && matches!(memory_type, Ok(MemoryType::Cuda));
+        let memory_type = wire::am_header::receive_memory_type(msg.header(), msg.is_rendezvous())
+            .map(|m| MemoryType::from_raw(m as u32));
+        let cuda = matches!(memory_type, Ok(MemoryType::Cuda));
         let obj = match (memory_type, self.allocate(py, cuda, msg.data_len())) {
             (Err(e), _) => Err(errors::new(py, Kind::Error, format!("<am_recv>: bad active-message header: {e}"))),
             (_, Err(e)) => Err(e),

@@ -27,12 +27,24 @@ pub fn decode(bytes: &[u8]) -> Result<i32, WireError> {
     exact("active-message header", bytes).map(i32::from_le_bytes)
 }
 
+/// The memory type (raw `ucs_memory_type_t`) UCX-Py's receiver puts a message's data in:
+/// eager data always arrives in host memory (UCX has copied it already), rendezvous data goes
+/// straight into memory of the type the header names. The header must decode either way: a
+/// message without UCX-Py's header is not UCX-Py's. Both receivers (ucx-async's `am_recv`
+/// and the Python bindings') decide with this.
+pub fn receive_memory_type(header: &[u8], rendezvous: bool) -> Result<i32, WireError> {
+    let sent_from = decode(header)?;
+    Ok(if rendezvous { sent_from } else { HOST })
+}
+
+/// `UCS_MEMORY_TYPE_HOST`.
+const HOST: i32 = 0;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     // Values from libucx's ucs/memory/memory_type.h (enum ucs_memory_type).
-    const HOST: i32 = 0;
     const CUDA: i32 = 1;
     const ZE_MANAGED: i32 = 8;
 
@@ -44,6 +56,14 @@ mod tests {
         assert_eq!(encode(CUDA), [1, 0, 0, 0]);
         assert_eq!(encode(-1), [0xff; 4]);
         assert_eq!(decode(&[1, 0, 0, 0]), Ok(CUDA));
+    }
+
+    #[test]
+    fn eager_data_is_received_in_host_memory_rendezvous_data_in_the_senders_type() {
+        assert_eq!(receive_memory_type(&encode(CUDA), false), Ok(HOST));
+        assert_eq!(receive_memory_type(&encode(CUDA), true), Ok(CUDA));
+        assert_eq!(receive_memory_type(&encode(HOST), true), Ok(HOST));
+        assert!(receive_memory_type(&[1, 0], false).is_err(), "a bad header is refused even for eager data");
     }
 
     #[test]
