@@ -15,15 +15,19 @@ mod usage;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ucx_async::collective::{Bounce, DataPath};
 use ucx_async::core::Context;
 use ucx_async::{Communicator, ProgressMode, Worker};
 
 const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling|adaptive]
+                [--path auto|direct|buffered] [--batch BYTES]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --max-size
 (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
 4 MiB), progress --mode event (sleep on the wakeup fd, the default), polling (as MPI does) or
-adaptive. Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
+adaptive. --path: how parts travel (default auto: direct here, as there is no RDMA network);
+buffered sends batches of --batch bytes (default 1 MiB) through the bounce pool.
+Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -33,11 +37,21 @@ fn main() -> ExitCode {
         (opt("--ranks").unwrap_or(2), opt("--max-size").unwrap_or(64 << 20), opt("--iters").unwrap_or(20));
     let mode_name = args.iter().position(|a| a == "--mode").map(|i| args.get(i + 1).map_or("", String::as_str));
     let mode = progress_mode::progress_mode("alltoall", mode_name.unwrap_or("event"));
+    let path = match args.iter().position(|a| a == "--path").map(|i| args.get(i + 1).map_or("", String::as_str)) {
+        None | Some("auto") => DataPath::Auto,
+        Some("direct") => DataPath::Direct,
+        Some("buffered") => DataPath::Buffered,
+        Some(other) => {
+            eprintln!("alltoall: --path {other:?} is not auto, direct or buffered\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let bounce = Bounce { batch: opt("--batch").unwrap_or(Bounce::default().batch), ..Bounce::default() };
     if std::env::var_os("RANK").is_none() {
         return launch::run_ranks("alltoall", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(max, iters, mode)) {
+    match rt.block_on(rank_main(max, iters, mode, path, bounce)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
@@ -46,10 +60,18 @@ fn main() -> ExitCode {
     }
 }
 
-async fn rank_main(max: usize, iters: usize, mode: ProgressMode) -> ucx_async::Result<()> {
+async fn rank_main(
+    max: usize,
+    iters: usize,
+    mode: ProgressMode,
+    path: DataPath,
+    bounce: Bounce,
+) -> ucx_async::Result<()> {
     let ctx = Context::builder().build()?;
     let worker = Worker::new(&ctx, mode)?;
-    let comm = Communicator::from_env(&worker).await?;
+    let mut comm = Communicator::from_env(&worker).await?;
+    comm.set_data_path(path);
+    comm.set_bounce(bounce)?;
     let (rank, ranks) = (comm.rank(), comm.size());
     let mut size = 1 << 10;
     while size <= max {

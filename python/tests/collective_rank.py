@@ -1,11 +1,13 @@
 """One rank of a test job for ucp.collective (run by test_collective.py, under ucp.launch or
 beside Rust ranks). Modes:
 
-- ``selftest``: alltoallv with random sizes (zero included) over rounds, allgather, messages
-  by rank and tag, barrier; every byte checked.
-- ``mirror-alltoall MAX ITERS``: the exact sequence of examples/alltoall.rs (sizes 1 KiB to
-  MAX by powers of 4, 3 warm-ups, then ITERS x (barrier, alltoallv, allgather of 8 bytes)),
-  so it can stand in for one of its ranks; the parts' bytes are checked.
+- ``selftest [PATH BATCH]``: alltoallv with random sizes (zero included) over rounds,
+  allgather, messages by rank and tag, barrier; every byte checked.
+- ``mirror-alltoall MAX ITERS [PATH BATCH]``: the exact sequence of examples/alltoall.rs
+  (sizes 1 KiB to MAX by powers of 4, 3 warm-ups, then ITERS x (barrier, alltoallv, allgather
+  of 8 bytes)), so it can stand in for one of its ranks; the parts' bytes are checked.
+
+PATH and BATCH (default ``auto`` and the pool's default) go to ``set_data_path``.
 
 Exits 0 and prints ``OK rank R`` on success."""
 import asyncio
@@ -51,17 +53,24 @@ async def mirror_alltoall(c, max_size, iters):
             await c.barrier()
             got = await c.alltoallv(parts)
             for s, b in enumerate(got):
-                assert len(b) == size and b[0] == (s * c.size + c.rank) & 0xFF, (size, s)
+                assert bytes(b) == bytes([(s * c.size + c.rank) & 0xFF]) * size, (size, s)
             await c.allgather(struct.pack("<Q", 1), bytearray(8 * c.size))
         size *= 4
 
 
 async def main():
     c = await Communicator.from_env()
-    if sys.argv[1] == "selftest":
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "selftest":
+        path = args[0:2]
+    else:
+        path = args[2:4]
+    if path:
+        c.set_data_path(path[0], batch=int(path[1]))
+    if mode == "selftest":
         await selftest(c)
     else:
-        await mirror_alltoall(c, int(sys.argv[2]), int(sys.argv[3]))
+        await mirror_alltoall(c, int(args[0]), int(args[1]))
     await c.close()
     print(f"OK rank {c.rank}", flush=True)
 

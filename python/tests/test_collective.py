@@ -34,11 +34,13 @@ def _finish(procs, timeout=60):
     return out
 
 
-def test_python_ranks_under_the_launcher():
+@pytest.mark.parametrize("path", [[], ["buffered", "4099"], ["direct", "1"]])
+def test_python_ranks_under_the_launcher(path):
     """Three ranks: alltoallv with random sizes (zero included), allgather, messages by rank
-    and tag, barrier; each rank checks every byte."""
+    and tag, barrier; each rank checks every byte. Parts go the automatic way, through the
+    bounce pool in batches of 4099 bytes (many batches, a short last one), or directly."""
     p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "selftest"],
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "selftest", *path],
         capture_output=True, text=True, timeout=120,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -69,18 +71,22 @@ def rust_alltoall(rust_examples):
     return str(rust_examples / "alltoall")
 
 
-@pytest.mark.parametrize("rust_ranks", [[1], [0, 2]])
-def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks):
+@pytest.mark.parametrize(
+    "rust_ranks, rust_path, py_path",
+    [([1], "auto", "auto"), ([0, 2], "auto", "auto"), ([1], "buffered", "direct"), ([0, 2], "direct", "buffered")],
+)
+def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path, py_path):
     """Python ranks run the exact sequence of examples/alltoall.rs beside Rust ranks running
-    it (the same tags and bootstrap bytes): every rank finishes and the data checks out.
-    Either language can be rank 0."""
+    it (the same tags, bootstrap bytes and announcements): every rank finishes and the data
+    checks out. Either language can be rank 0, and either can send its parts in batches
+    through its bounce pool (3000 bytes: many batches per part) while the other sends whole."""
     env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
     procs = []
     for rank in range(3):
         if rank in rust_ranks:
-            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3"]
+            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--path", rust_path, "--batch", "3000"]
         else:
-            cmd = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "65536", "3"]
+            cmd = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "65536", "3", py_path, "3000"]
         procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
     for rank, (status, stdout) in enumerate(_finish(procs)):
         assert status == 0, (rank, stdout)

@@ -8,11 +8,16 @@ their source in the tag (``ucp._ucx_async.collective_user_tag``/``collective_own
 the communicator's own operations are numbered in call order: every rank must call the same
 collectives in the same order, each awaited before the next, as with MPI.
 
-Only host buffers and the direct path exist yet (no bounce-buffer pool, no batching).
+``alltoallv`` parts travel on one of two paths (``set_data_path``), as in ucx-async: direct
+(one message per part, from and into the caller's buffers) or buffered (batches copied through
+a pool of bounce buffers made once, a window of them in flight). ``"auto"`` picks buffered only
+for large parts to peers over an RDMA network. Each part's announcement tells its receiver
+which path it takes, so ranks may choose differently; the bytes, the batch arithmetic and the
+automatic rule are ucx-core's (``wire::alltoallv``). Host buffers only.
 """
 import asyncio
+import collections
 import os
-import struct
 import time
 
 from . import _ucx_async as _native
@@ -24,7 +29,7 @@ __all__ = ["Communicator", "launch_env"]
 # The longest hello rank 0 accepts (a worker address is a few hundred bytes to a few KiB);
 # the same limit as ucx-async's.
 _MAX_HELLO = 64 << 10
-_SIZE = struct.Struct("<Q")
+_PATHS = ("auto", "direct", "buffered")
 BOOTSTRAP_TIMEOUT = 60.0
 
 
@@ -66,6 +71,24 @@ class Communicator:
         self._rank = rank
         self._eps = endpoints
         self._seq = 0
+        self._path = "auto"
+        self._batch, self._depth = _native.alltoallv_bounce_defaults()
+        self._pool = {}  # rank -> list of bounce buffers, made on first use
+        self._transports = None
+
+    def set_data_path(self, path, batch=None, depth=None):
+        """How this rank sends ``alltoallv`` parts: ``"auto"`` (the default), ``"direct"`` or
+        ``"buffered"``; ``batch`` (bytes) and ``depth`` (batches in flight per peer) shape the
+        bounce pool. Receivers follow each sender's choice."""
+        if path not in _PATHS:
+            raise ValueError(f"data path {path!r} is not one of {_PATHS}")
+        batch = self._batch if batch is None else int(batch)
+        depth = self._depth if depth is None else int(depth)
+        if not 0 < batch < 1 << 32 or depth < 1:
+            raise ValueError(f"a bounce pool needs 1 to {(1 << 32) - 1} bytes per batch and a depth of at least 1, not {batch} x {depth}")
+        if (batch, depth) != (self._batch, self._depth):
+            self._pool.clear()
+        self._path, self._batch, self._depth = path, batch, depth
 
     @property
     def rank(self):
@@ -157,19 +180,75 @@ class Communicator:
     async def alltoallv(self, parts):
         """All-to-all with a part of any size (zero included) per rank: ``parts[r]`` goes to
         rank ``r``; returns a list whose element ``r`` (a bytearray) is what rank ``r`` sent
-        this rank. The sizes are exchanged first."""
+        this rank. The parts' announcements (size and path) are exchanged first."""
         if len(parts) != self.size:
             raise ValueError(f"{len(parts)} parts for {self.size} ranks")
         parts = [memoryview(p).cast("B") for p in parts]
-        me, seq = self._rank, self._next_seq()
-        sizes = [bytearray(_SIZE.pack(len(p))) for p in parts]
-        incoming = [bytearray(8) if r != me else None for r in range(self.size)]
-        await self._exchange(seq, 0, [s if r != me else None for r, s in enumerate(sizes)], incoming)
-        out = [bytearray(_SIZE.unpack(s)[0]) if s is not None else bytearray(parts[me]) for s in incoming]
-        sends = [p if r != me and len(p) else None for r, p in enumerate(parts)]
-        recvs = [b if r != me and len(b) else None for r, b in enumerate(out)]
-        await self._exchange(seq, 1, sends, recvs)
+        me = self._rank
+        # Decided, and checked against the tag layout, before anything is sent: a refused part
+        # leaves no peer waiting for half a call.
+        batches = [0 if r == me else self._batch_for(r, len(p)) for r, p in enumerate(parts)]
+        announce = []
+        for r, (p, b) in enumerate(zip(parts, batches)):
+            try:
+                announce.append(_native.alltoallv_announce(len(p), b))
+            except ValueError as e:
+                raise ValueError(f"the part for rank {r} ({len(p)} bytes in batches of {b}): {e}") from None
+        seq = self._next_seq()
+        incoming = [bytearray(len(announce[0])) if r != me else None for r in range(self.size)]
+        await self._exchange(seq, 0, [a if r != me else None for r, a in enumerate(announce)], incoming)
+        theirs = [_native.alltoallv_announce_decode(bytes(b)) if b is not None else None for b in incoming]
+        out = [bytearray(t[0]) if t is not None else bytearray(parts[me]) for t in theirs]
+        ops = []
+        for r in range(self.size):
+            if r != me:
+                ops.append(self._send_part(seq, r, parts[r], batches[r]))
+                ops.append(self._recv_part(seq, r, out[r], theirs[r][1]))
+        await asyncio.gather(*ops)
         return out
+
+    def _batch_for(self, r, nbytes):
+        """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
+        if nbytes == 0 or self._path == "direct":
+            return 0
+        if self._path == "auto":
+            if self._transports is None:
+                self._transports = [ep._ep.transports() for ep in self._eps]
+            if not _native.alltoallv_auto_buffered(self._transports[r], nbytes):
+                return 0
+        return self._batch
+
+    async def _send_part(self, seq, r, part, batch):
+        ep, tag = self._eps[r], _native.collective_own_tag
+        messages = _native.alltoallv_messages(len(part), batch)
+        if batch == 0:
+            for b, start, stop in messages:
+                await ep.send(part[start:stop], tag=tag(seq, self._rank, b), force_tag=True)
+            return
+        slots = self._pool.setdefault(r, [bytearray(self._batch) for _ in range(self._depth)])
+        inflight = collections.deque()
+        try:
+            for k, (b, start, stop) in enumerate(messages):
+                if len(inflight) == len(slots):  # the oldest send hands its buffer back
+                    await inflight.popleft()
+                slot = memoryview(slots[k % len(slots)])[: stop - start]
+                slot[:] = part[start:stop]
+                inflight.append(asyncio.ensure_future(ep.send(slot, tag=tag(seq, self._rank, b), force_tag=True)))
+            await asyncio.gather(*inflight)
+        except BaseException:
+            for f in inflight:  # a failed part stops its other batches too
+                f.cancel()
+            raise
+
+    async def _recv_part(self, seq, r, out, batch):
+        # Every message straight into its range of ``out``, all posted at once.
+        ep, view = self._eps[r], memoryview(out)
+        await asyncio.gather(
+            *(
+                ep.recv(view[start:stop], tag=_native.collective_own_tag(seq, r, b), force_tag=True)
+                for b, start, stop in _native.alltoallv_messages(len(out), batch)
+            )
+        )
 
     async def close(self):
         """A final barrier, then lets every endpoint go."""

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use ucx_async::collective::{Bounce, DataPath};
 use ucx_async::core::Context;
 use ucx_async::{Communicator, Error, Listener, ProgressMode, Worker};
 
@@ -53,7 +54,19 @@ fn part(src: usize, dst: usize, round: u64) -> Vec<u8> {
 }
 
 async fn alltoallv_rounds(n: usize) {
-    let sizes = world(n, move |c| async move {
+    alltoallv_rounds_with(n, |_| DataPath::Auto).await;
+}
+
+/// Four alltoallv rounds on `n` ranks, rank r sending its parts as `path(r)` says (through
+/// bounce pools of 3 batches of 4099 bytes, so parts take many batches and a last short one).
+async fn alltoallv_rounds_with(n: usize, path: fn(usize) -> DataPath) {
+    alltoallv_rounds_shaped(n, path, |_| Bounce { batch: 4099, depth: 3 }).await;
+}
+
+async fn alltoallv_rounds_shaped(n: usize, path: fn(usize) -> DataPath, bounce: fn(usize) -> Bounce) {
+    let sizes = world(n, move |mut c| async move {
+        c.set_data_path(path(c.rank()));
+        c.set_bounce(bounce(c.rank())).unwrap();
         let mut seen = 0usize;
         for round in 0..4 {
             let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
@@ -84,6 +97,47 @@ async fn alltoallv_two_ranks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alltoallv_four_ranks() {
     alltoallv_rounds(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_buffered_on_one_two_three_and_four_ranks() {
+    for n in 1..=4 {
+        alltoallv_rounds_with(n, |_| DataPath::Buffered).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alltoallv_receivers_follow_each_senders_path() {
+    // Even ranks send in batches, odd ranks in one message: every receive follows its sender.
+    alltoallv_rounds_with(3, |r| if r % 2 == 0 { DataPath::Buffered } else { DataPath::Direct }).await;
+    alltoallv_rounds_with(4, |r| if r % 2 == 0 { DataPath::Direct } else { DataPath::Buffered }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_larger_than_the_receivers_buffers_are_received_in_place() {
+    // Rank r's batches are 4099 + 5000 r bytes: a receiver with smaller buffers than its
+    // sender's batches takes them straight into the result, one with larger ones through them.
+    alltoallv_rounds_shaped(3, |_| DataPath::Buffered, |r| Bounce { batch: 4099 + 5000 * r, depth: 2 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_with_more_batches_than_the_tag_holds_is_refused_before_anything_is_sent() {
+    world(2, |mut c| async move {
+        c.set_data_path(DataPath::Buffered);
+        c.set_bounce(Bounce { batch: 1, depth: 2 }).unwrap();
+        let big = vec![7u8; 70_000];
+        let e = c.alltoallv(&[&big[..], &big[..]]).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        let other = 1 - c.rank();
+        assert!(e.to_string().contains(&format!("the part for rank {other} (70000 bytes in batches of 1)")), "{e}");
+        // Nothing was sent, so both ranks go on in step.
+        c.set_bounce(Bounce { batch: 8192, depth: 2 }).unwrap();
+        let got = c.alltoallv(&[&big[..], &big[..]]).await.unwrap();
+        assert_eq!(got[other], big);
+        assert!(c.set_bounce(Bounce { batch: 0, depth: 1 }).is_err());
+        c.close().await.unwrap();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -223,6 +223,13 @@ impl Endpoint {
         Ok((sockaddr::from_storage(&attr.local_sockaddr), sockaddr::from_storage(&attr.remote_sockaddr)))
     }
 
+    /// The transports the endpoint's data lanes use (e.g. `["tcp"]`, `["posix", "cma"]`,
+    /// `["rc_mlx5"]`), from [`Endpoint::info`], in lane order without repeats. Empty for a
+    /// closed endpoint, or one whose lanes are not wired up yet.
+    pub fn transports(&self) -> Vec<String> {
+        lane_transports(&self.info())
+    }
+
     /// UCX's description of the endpoint: its transports and lanes (`ucp_ep_print_info`).
     pub fn info(&self) -> String {
         let Ok(h) = self.handle("ucp_ep_print_info") else { return String::from("(closed endpoint)") };
@@ -311,5 +318,38 @@ impl Drop for EndpointInner {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("handle", &self.inner.handle.load(Ordering::Relaxed)).finish()
+    }
+}
+
+/// The transports named by the lanes of `ucp_ep_print_info` text: a data lane reads
+/// `lane[1]:  1:tcp/lo.0 md[1] ...` (resource index, then transport/device); a connection
+/// manager lane (`lane[0]: cm tcp`) moves no data and is skipped.
+fn lane_transports(info: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in info.lines() {
+        let Some(rest) = line.trim_start_matches(['#', ' ']).strip_prefix("lane[") else { continue };
+        let Some((_, lane)) = rest.split_once("]:") else { continue };
+        let Some(resource) = lane.split_whitespace().next() else { continue };
+        let Some((_, tl_dev)) = resource.split_once(':') else { continue };
+        let tl = tl_dev.split('/').next().unwrap_or_default();
+        if !tl.is_empty() && !out.iter().any(|t| t == tl) {
+            out.push(tl.to_string());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod lane_tests {
+    use super::lane_transports;
+
+    #[test]
+    fn data_lanes_name_their_transports_and_cm_lanes_are_skipped() {
+        // From a tcp endpoint over lo (UCX 1.22), and a shaped InfiniBand one.
+        let tcp = "#                 lane[0]: cm tcp\n#                 lane[1]:  1:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] seg 4294967295 rma_bw#0 am wireup\n";
+        assert_eq!(lane_transports(tcp), vec!["tcp"]);
+        let ib = "#   lane[0]:  3:rc_mlx5/mlx5_0:1.0 md[2] -> md[2]/ib am am_bw#0\n#   lane[1]:  8:cma/memory.0 md[5] rma_bw#1\n#   lane[2]:  3:rc_mlx5/mlx5_0:1.0 md[2] rma_bw#0\n";
+        assert_eq!(lane_transports(ib), vec!["rc_mlx5", "cma"]);
+        assert!(lane_transports("(closed endpoint)").is_empty());
     }
 }

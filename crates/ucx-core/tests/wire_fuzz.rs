@@ -7,7 +7,8 @@
 mod fuzz;
 use fuzz::{cases, Rng};
 use ucx_core::wire::{
-    am_header, bootstrap, ctrl::CtrlMsg, detect, multirail, obj_len, worker_address, PeerInfo, UcxxPeerInfo, DETECT_LEN,
+    alltoallv, am_header, bootstrap, ctrl::CtrlMsg, detect, multirail, obj_len, worker_address, PeerInfo, UcxxPeerInfo,
+    DETECT_LEN,
 };
 
 #[test]
@@ -44,6 +45,13 @@ fn decoders_never_panic_and_round_trip() {
         first.iter_mut().for_each(|x| *x = rng.next() as u8);
         let _ = detect(&first);
         let _ = worker_address::validate(&rng.bytes(64));
+        // alltoallv's announcement: random bytes; what decodes covers its part exactly.
+        if let Ok(a) = alltoallv::Announce::decode(&rng.bytes(12)) {
+            assert_eq!(alltoallv::Announce::decode(&a.encode()), Ok(a));
+            if a.messages() > 0 {
+                assert_eq!(a.range(a.messages() - 1).end, a.len);
+            }
+        }
         // The bootstrap's messages: random bytes, and a valid table with one byte changed.
         let _ = bootstrap::Hello::decode(&rng.bytes(32));
         let _ = bootstrap::decode_table(&rng.bytes(48));

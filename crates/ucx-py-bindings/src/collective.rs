@@ -4,6 +4,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use ucx_core::wire::alltoallv::{self, Announce};
 use ucx_core::wire::bootstrap::{self, Hello};
 use ucx_core::wire::collective_tag;
 
@@ -47,4 +48,40 @@ pub(crate) fn bootstrap_table<'py>(py: Python<'py>, addresses: Vec<Vec<u8>>) -> 
 pub(crate) fn bootstrap_table_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let table = bootstrap::decode_table(bytes).map_err(value_error)?;
     Ok(table.iter().map(|a| PyBytes::new(py, a)).collect())
+}
+
+/// alltoallv's announcement of a part of `length` bytes sent in batches of `batch` (0: one
+/// message). Raises `ValueError` if the batches do not fit the tag layout.
+#[pyfunction]
+pub(crate) fn alltoallv_announce(py: Python<'_>, length: u64, batch: u32) -> PyResult<Bound<'_, PyBytes>> {
+    let a = Announce::new(length, batch).map_err(value_error)?;
+    Ok(PyBytes::new(py, &a.encode()))
+}
+
+/// Decodes an announcement into `(length, batch)`.
+#[pyfunction]
+pub(crate) fn alltoallv_announce_decode(bytes: &[u8]) -> PyResult<(u64, u32)> {
+    let a = Announce::decode(bytes).map_err(value_error)?;
+    Ok((a.len, a.batch))
+}
+
+/// The messages of a part of `length` bytes in batches of `batch`: `(tag batch, start, stop)`
+/// for each, in order.
+#[pyfunction]
+pub(crate) fn alltoallv_messages(length: u64, batch: u32) -> PyResult<Vec<(usize, u64, u64)>> {
+    let a = Announce::new(length, batch).map_err(value_error)?;
+    Ok((0..a.messages()).map(|k| (Announce::tag_batch(k), a.range(k).start, a.range(k).end)).collect())
+}
+
+/// Whether the automatic choice sends a part of `length` bytes to a peer whose endpoint uses
+/// `transports` through the bounce pool.
+#[pyfunction]
+pub(crate) fn alltoallv_auto_buffered(transports: Vec<String>, length: u64) -> bool {
+    alltoallv::auto_buffered(&transports, length)
+}
+
+/// The pool's defaults: `(batch bytes, depth)`.
+#[pyfunction]
+pub(crate) fn alltoallv_bounce_defaults() -> (u32, usize) {
+    (alltoallv::DEFAULT_BATCH, alltoallv::DEFAULT_DEPTH)
 }

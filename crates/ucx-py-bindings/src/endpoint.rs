@@ -163,6 +163,11 @@ impl Endpoint {
         Ok(self.ep(py)?.info())
     }
 
+    /// The transports of the endpoint's data lanes (e.g. `["tcp"]`, `["rc_mlx5", "cma"]`).
+    fn transports(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        Ok(self.ep(py)?.transports())
+    }
+
     /// `(local, peer)` socket addresses as `(host, port)` tuples, for client-server endpoints.
     #[allow(clippy::type_complexity)]
     fn socket_addrs(&self, py: Python<'_>) -> PyResult<(Option<(String, u16)>, Option<(String, u16)>)> {

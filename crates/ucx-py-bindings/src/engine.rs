@@ -180,7 +180,13 @@ impl Engine {
     }
 
     /// Tracks an operation whose outcome goes to `sink` (no Python future is involved).
-    pub(crate) fn track_with<B: Send + 'static>(&self, py: Python<'_>, mut owned: Owned<B>, sink: Sink, expect: Expect) {
+    pub(crate) fn track_with<B: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        mut owned: Owned<B>,
+        sink: Sink,
+        expect: Expect,
+    ) {
         match self.start(py, &mut owned, &expect) {
             (_, Some(out)) => sink.deliver(self, py, out, || None),
             (id, None) => self.keep(py, id, owned, sink, expect, None),
@@ -369,5 +375,4 @@ impl Engine {
             op.sink.deliver(self, py, Err(errors::new(py, Kind::Canceled, "the worker was closed")), || None);
         }
     }
-
 }

@@ -35,8 +35,7 @@ pub(crate) fn track<B: Send + 'static>(
     let Submission { submitted, expect, owner } = op;
     // A submission UCX refused at once is named by the operation first, as UCX-Py's
     // `<name>: status`, so callers (and logs) see which send or receive it was.
-    let mut owned =
-        submitted.map_err(|e| errors::new(py, Kind::Error, format!("<{}>: {e}", expect.name.render())))?;
+    let mut owned = submitted.map_err(|e| errors::new(py, Kind::Error, format!("<{}>: {e}", expect.name.render())))?;
     let (id, finished) = engine.start(py, &mut owned, &expect);
     if let Some(out) = finished {
         drop(owned);

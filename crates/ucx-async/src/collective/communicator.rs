@@ -6,13 +6,16 @@
 //! and await each before starting the next, as with MPI.
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures_util::future::try_join_all;
 
 use super::bootstrap;
 use super::launch::Launch;
+use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
+use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::{RecvBuffer, SendBuffer, FULL_MASK};
 use crate::{Endpoint, Error, Listener, Result, Worker};
 
@@ -24,6 +27,13 @@ pub struct Communicator {
     rank: usize,
     peers: Vec<Endpoint>,
     seq: AtomicU32,
+    path: DataPath,
+    bounce: Bounce,
+    /// Per peer: the transports of its endpoint's lanes (for [`DataPath::Auto`]), read from
+    /// UCX once the lanes exist.
+    transports: OnceLock<Vec<Vec<String>>>,
+    /// The bounce buffers, by peer; held for the length of one `alltoallv`.
+    pool: tokio::sync::Mutex<Vec<PeerSlots>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -71,7 +81,15 @@ impl Communicator {
     /// endpoints go.
     async fn connect(worker: &Worker, rank: usize, (table, bootstrap): bootstrap::Joined) -> Result<Communicator> {
         let peers = table.iter().map(|a| Endpoint::connect_to_worker(worker, a, None)).collect::<Result<Vec<_>>>()?;
-        let comm = Communicator { rank, peers, seq: AtomicU32::new(0) };
+        let comm = Communicator {
+            rank,
+            peers,
+            seq: AtomicU32::new(0),
+            path: DataPath::default(),
+            bounce: Bounce::default(),
+            transports: OnceLock::new(),
+            pool: tokio::sync::Mutex::default(),
+        };
         comm.barrier().await?;
         // Aborted, not closed: both sides let go at once, and a close's control message
         // would reach an endpoint already gone and wait in UCX's queue, unmatched, forever.
@@ -89,6 +107,39 @@ impl Communicator {
     /// How many ranks the job has.
     pub fn size(&self) -> usize {
         self.peers.len()
+    }
+
+    /// Chooses how `alltoallv` parts travel (default [`DataPath::Auto`]). Every rank may
+    /// choose for itself: a part's receiver follows its sender.
+    pub fn set_data_path(&mut self, path: DataPath) {
+        self.path = path;
+    }
+
+    /// Sets the bounce-buffer pool's shape (default [`Bounce::default`]); the pool is made on
+    /// the first `alltoallv` that uses it.
+    pub fn set_bounce(&mut self, bounce: Bounce) -> Result<()> {
+        bounce.check("Communicator::set_bounce")?;
+        self.bounce = bounce;
+        Ok(())
+    }
+
+    /// How this rank sends `len` bytes to rank `r`: the batch size, or 0 for one message.
+    fn batch_for(&self, r: usize, len: usize) -> u32 {
+        let buffered = match self.path {
+            DataPath::Direct => false,
+            DataPath::Buffered => true,
+            DataPath::Auto => {
+                let transports =
+                    self.transports.get_or_init(|| self.peers.iter().map(|p| p.core().transports()).collect());
+                announce_wire::auto_buffered(&transports[r], len as u64)
+            }
+        };
+        // `set_bounce` checked that the batch size fits.
+        if buffered && len > 0 {
+            u32::try_from(self.bounce.batch).unwrap_or(u32::MAX)
+        } else {
+            0
+        }
     }
 
     fn peer(&self, rank: usize, op: &'static str) -> Result<&Endpoint> {
@@ -187,37 +238,78 @@ impl Communicator {
         if parts.len() != self.size() {
             return Err(invalid(op, format!("{} parts for {} ranks", parts.len(), self.size())));
         }
-        let seq = self.next_seq();
         let me = self.rank;
+        // How each part travels, decided (and its batches checked against the tag layout)
+        // before anything is sent, so a refused part leaves no peer waiting for half a call.
+        let mut mine = Vec::with_capacity(self.size());
+        for (r, p) in parts.iter().enumerate() {
+            let batch = if r == me { 0 } else { self.batch_for(r, p.len()) };
+            mine.push(Announce::new(p.len() as u64, batch).map_err(|e| {
+                invalid(op, format!("the part for rank {r} ({} bytes in batches of {batch}): {e}", p.len()))
+            })?);
+        }
+        let seq = self.next_seq();
         let others = || (0..self.size()).filter(move |&r| r != me);
-        // Phase 1 (batch 0): the sizes. This rank's own part never leaves the process.
-        let sizes: Vec<[u8; 8]> = parts.iter().map(|p| (p.len() as u64).to_le_bytes()).collect();
-        let mut incoming = vec![[0u8; 8]; self.size()];
-        incoming[me] = sizes[me];
-        let size_sends = others().map(|r| (r, &sizes[r][..]));
+        // Phase 1 (batch 0): the announcements. This rank's own part never leaves the process.
+        let sent: Vec<[u8; announce_wire::LEN]> = mine.iter().map(Announce::encode).collect();
+        let mut incoming = vec![[0u8; announce_wire::LEN]; self.size()];
+        incoming[me] = sent[me];
+        let size_sends = others().map(|r| (r, &sent[r][..]));
         let size_recvs = incoming.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, s)| (r, &mut s[..]));
         self.exchange(op, seq, 0, size_sends, size_recvs).await?;
-        // Phase 2 (batch 1): the parts, zero-size ones not sent at all.
+        let mut theirs = Vec::with_capacity(self.size());
+        for (r, bytes) in incoming.iter().enumerate() {
+            let a = Announce::decode(bytes)
+                .map_err(|e| Error::Protocol { op, detail: format!("rank {r} sent a bad announcement: {e}") })?;
+            theirs.push(a);
+        }
+        // Phase 2 (batches 1 and up): the parts, zero-size ones not sent at all.
         out.resize_with(self.size(), Vec::new);
-        for (r, (s, buf)) in incoming.iter().zip(out.iter_mut()).enumerate() {
-            let n = u64::from_le_bytes(*s);
-            let n = usize::try_from(n).ok().filter(|&n| buf.try_reserve(n.saturating_sub(buf.len())).is_ok());
+        for (r, (a, buf)) in theirs.iter().zip(out.iter_mut()).enumerate() {
+            let n = usize::try_from(a.len).ok().filter(|&n| buf.try_reserve(n.saturating_sub(buf.len())).is_ok());
             let Some(n) = n else {
                 return Err(Error::Protocol {
                     op,
-                    detail: format!(
-                        "rank {r} announced a part of {} bytes, which cannot be allocated",
-                        u64::from_le_bytes(*s)
-                    ),
+                    detail: format!("rank {r} announced a part of {} bytes, which cannot be allocated", a.len),
                 });
             };
             buf.clear();
             buf.resize(n, 0);
         }
         out[me].copy_from_slice(parts[me]);
-        let sends = others().filter(|&r| !parts[r].is_empty()).map(|r| (r, parts[r]));
-        let recvs = out.iter_mut().enumerate().filter(|(r, b)| *r != me && !b.is_empty()).map(|(r, b)| (r, &mut b[..]));
-        self.exchange(op, seq, 1, sends, recvs).await
+        let uses_pool = mine.iter().chain(&theirs).any(|a| a.batch > 0);
+        let mut pool = if uses_pool { Some(self.pool.lock().await) } else { None };
+        let mut slots: Vec<Option<&mut PeerSlots>> = match pool.as_deref_mut() {
+            Some(p) => {
+                p.resize_with(self.size(), PeerSlots::default);
+                p.iter_mut().map(Some).collect()
+            }
+            None => (0..self.size()).map(|_| None).collect(),
+        };
+        let bounce = self.bounce;
+        let mut transfers = Vec::new();
+        for (r, (buf, slot)) in out.iter_mut().zip(slots.iter_mut()).enumerate() {
+            if r == me {
+                continue;
+            }
+            let ep = &self.peers[r];
+            let (send_slots, recv_slots): (&mut [Vec<u8>], &mut [Vec<u8>]) = match slot.take() {
+                Some(s) => (
+                    if mine[r].batch > 0 { path::ensure(&mut s.send, bounce) } else { &mut [] },
+                    if theirs[r].batch > 0 { path::ensure(&mut s.recv, bounce) } else { &mut [] },
+                ),
+                None => (&mut [], &mut []),
+            };
+            let (to, from) = (mine[r], theirs[r]);
+            let part = parts[r];
+            transfers.push(async move {
+                let send = path::send_part(ep, part, to, |b| tag::own(seq, me, b, op), send_slots);
+                let recv = path::recv_part(ep, &mut buf[..], from, |b| tag::own(seq, r, b, op), recv_slots, op, r);
+                tokio::try_join!(send, recv).map(drop)
+            });
+        }
+        try_join_all(transfers).await?;
+        Ok(())
     }
 
     /// Closes the endpoints to every rank (after a final barrier, so no rank closes while

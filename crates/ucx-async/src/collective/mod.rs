@@ -5,12 +5,16 @@
 //! - `tag`: the tag layout (user tag, source rank, batch) and its limits, without I/O.
 //! - `launch`: rank, size and root address from torchrun, Open MPI or PMI variables.
 //! - `bootstrap`: the hello and address-table messages, and their exchange.
+//! - `path`: how an `alltoallv` part travels ([`DataPath`]: one message, or batches through a
+//!   pool of bounce buffers, [`Bounce`]).
 //! - `communicator`: [`Communicator`] itself.
 mod bootstrap;
 mod communicator;
 mod launch;
+mod path;
 mod tag;
 
 pub use communicator::{Communicator, BOOTSTRAP_TIMEOUT};
 pub use launch::Launch;
+pub use path::{Bounce, DataPath, AUTO_MIN_PART};
 pub use tag::{MAX_BATCHES, MAX_RANKS, MAX_USER_TAG};

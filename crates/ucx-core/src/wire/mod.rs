@@ -19,6 +19,7 @@
 //! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
 //! | our communicator's hello and address table | varies | see the module | [`bootstrap`] |
 //! | our communicator's tags (user tag, source rank, batch) | 8 (a tag) | see the module | [`collective_tag`] |
+//! | our `alltoallv`'s announcement of a part | 12 | `len: u64`, `batch: u32` (0: one message) | [`alltoallv`] |
 //! | our multi-rail hello and message header, and part tags | 18; varies | see the module | [`multirail`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
@@ -31,6 +32,7 @@ use std::fmt;
 
 use sha1::{Digest, Sha1};
 
+pub mod alltoallv;
 pub mod am_header;
 pub mod bootstrap;
 pub mod collective_tag;

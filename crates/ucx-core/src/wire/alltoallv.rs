@@ -1,0 +1,166 @@
+//! The announcement in the first phase of our communicator's `alltoallv`: how many bytes a
+//! rank sends another, and how (one message, or batches of a fixed size from a bounce-buffer
+//! pool). The receiver follows the sender's choice, so ranks configured differently still
+//! understand each other.
+//!
+//! ```text
+//! bytes 0..8   length of the part: u64 LE
+//! bytes 8..12  batch size: u32 LE; 0 = the part is one message (batch 1 of the tag),
+//!              else message k (k = 0, 1, ...) holds bytes k*batch .. min((k+1)*batch, length),
+//!              sent as batch 1 + k of the tag (batch 0 of the tag is this announcement)
+//! ```
+//!
+//! A part whose batches do not fit the tag layout's batch field is refused by [`Announce::new`]
+//! (the sender) and by [`Announce::decode`] (the receiver), never aliased.
+use std::ops::Range;
+
+use super::collective_tag::MAX_BATCHES;
+use super::{exact, WireError};
+
+/// Size of the announcement in bytes.
+pub const LEN: usize = 12;
+
+/// The smallest part the automatic choice sends through the bounce pool: below it UCX sends
+/// eagerly through its own pre-registered buffers anyway. A starting point, not measured on
+/// InfiniBand (this project's machines have none).
+pub const AUTO_MIN_PART: u64 = 64 * 1024;
+
+/// The pool's default batch size (bytes) and depth (batches in flight per peer and direction).
+pub const DEFAULT_BATCH: u32 = 1 << 20;
+/// See [`DEFAULT_BATCH`].
+pub const DEFAULT_DEPTH: usize = 4;
+
+/// The automatic choice, shared by the Rust and Python communicators: a part goes through the
+/// bounce pool when it has at least [`AUTO_MIN_PART`] bytes and the peer's endpoint runs over
+/// an RDMA network transport (`rc*`, `dc*`, `ud*`), where registering each new user buffer
+/// with the NIC costs; over shared memory, TCP or CUDA IPC the copies would only cost.
+pub fn auto_buffered<S: AsRef<str>>(transports: &[S], len: u64) -> bool {
+    len >= AUTO_MIN_PART && transports.iter().any(|t| ["rc", "dc", "ud"].iter().any(|p| t.as_ref().starts_with(p)))
+}
+
+const WHAT: &str = "alltoallv announcement";
+
+/// How a part travels: its length and the batch size (0: one message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announce {
+    /// The part's length in bytes.
+    pub len: u64,
+    /// Bytes per batch, or 0 when the part is sent as one message.
+    pub batch: u32,
+}
+
+impl Announce {
+    /// An announcement of `len` bytes in batches of `batch` (0: one message). Fails if the
+    /// batches would not fit the tag layout.
+    pub fn new(len: u64, batch: u32) -> Result<Announce, WireError> {
+        let a = Announce { len, batch };
+        a.check()?;
+        Ok(a)
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        // Batch 0 of the tag is the announcement itself.
+        if self.messages() >= MAX_BATCHES as u64 {
+            return Err(WireError::Malformed { what: WHAT, why: "more batches than the tag layout can number" });
+        }
+        Ok(())
+    }
+
+    /// How many messages carry the part: 0 for an empty part.
+    pub fn messages(&self) -> u64 {
+        match (self.len, self.batch) {
+            (0, _) => 0,
+            (_, 0) => 1,
+            (len, b) => len.div_ceil(u64::from(b)),
+        }
+    }
+
+    /// The bytes of the part message `k` carries (`k` below [`Announce::messages`]).
+    pub fn range(&self, k: u64) -> Range<u64> {
+        if self.batch == 0 {
+            return 0..self.len;
+        }
+        let b = u64::from(self.batch);
+        let start = (k * b).min(self.len);
+        start..(start + b).min(self.len)
+    }
+
+    /// The tag's batch number of message `k`.
+    pub fn tag_batch(k: u64) -> usize {
+        (k + 1) as usize
+    }
+
+    /// The announcement's bytes.
+    pub fn encode(&self) -> [u8; LEN] {
+        let mut out = [0u8; LEN];
+        out[..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..].copy_from_slice(&self.batch.to_le_bytes());
+        out
+    }
+
+    /// Decodes an announcement a peer sent.
+    pub fn decode(bytes: &[u8]) -> Result<Announce, WireError> {
+        let b: [u8; LEN] = exact(WHAT, bytes)?;
+        let len = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let batch = u32::from_le_bytes(b[8..].try_into().expect("4 bytes"));
+        let a = Announce { len, batch };
+        a.check()?;
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors() {
+        // python3 -c 'import struct; print(struct.pack("<QI", 70000, 4096).hex())'
+        let a = Announce::new(70_000, 4096).unwrap();
+        assert_eq!(hex(&a.encode()), "701101000000000000100000");
+        assert_eq!(Announce::decode(&a.encode()), Ok(a));
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn batches_cover_the_part_exactly_once() {
+        for (len, batch) in [(0u64, 0u32), (0, 7), (1, 0), (10, 3), (12, 3), (5, 100), (65_535 * 2, 2)] {
+            let a = Announce::new(len, batch).unwrap();
+            let mut next = 0;
+            for k in 0..a.messages() {
+                let r = a.range(k);
+                assert_eq!(r.start, next, "{len} in batches of {batch}: message {k}");
+                assert!(!r.is_empty(), "no empty message");
+                next = r.end;
+            }
+            assert_eq!(next, len);
+        }
+        assert_eq!(Announce::tag_batch(0), 1, "tag batch 0 is the announcement");
+    }
+
+    #[test]
+    fn only_large_parts_over_rdma_networks_go_through_the_pool() {
+        let big = AUTO_MIN_PART;
+        assert!(auto_buffered(&["rc_mlx5", "cma"], big));
+        assert!(auto_buffered(&["dc_mlx5"], big));
+        assert!(auto_buffered(&["ud_verbs"], big));
+        assert!(!auto_buffered(&["rc_mlx5"], big - 1));
+        assert!(!auto_buffered(&["tcp"], big));
+        assert!(!auto_buffered(&["posix", "cma", "sysv"], big));
+        assert!(!auto_buffered(&["cuda_ipc", "cuda_copy"], big));
+    }
+
+    #[test]
+    fn too_many_batches_are_refused_on_both_sides() {
+        // Tag batches 1..=65535 are free for the messages.
+        assert!(Announce::new(65_535, 1).is_ok());
+        let e = Announce::new(65_536, 1).unwrap_err();
+        assert!(e.to_string().contains("more batches"), "{e}");
+        let raw = Announce { len: 1 << 40, batch: 1 }.encode();
+        assert!(Announce::decode(&raw).is_err());
+        assert!(Announce::decode(&raw[..11]).is_err());
+    }
+}
