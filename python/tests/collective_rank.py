@@ -29,6 +29,15 @@ async def selftest(c):
         got = await c.alltoallv([part(c.rank, d, rnd) for d in range(c.size)])
         for src, b in enumerate(got):
             assert bytes(b) == part(src, c.rank, rnd), (rnd, src, c.rank, len(b))
+    # alltoallv_into reuses the caller's list and its bytearrays round after round.
+    reused, kept = [], None
+    for rnd in range(3, 6):
+        await c.alltoallv_into([part(c.rank, d, rnd) for d in range(c.size)], reused)
+        for src, b in enumerate(reused):
+            assert bytes(b) == part(src, c.rank, rnd), (rnd, src, c.rank, len(b))
+        if kept is not None:
+            assert [id(b) for b in reused] == kept, "the same bytearrays were reused"
+        kept = [id(b) for b in reused]
     out = bytearray(3 * c.size)
     await c.allgather(bytes([c.rank] * 3), out)
     assert out == bytes(r for r in range(c.size) for _ in range(3)), out

@@ -181,6 +181,14 @@ class Communicator:
         """All-to-all with a part of any size (zero included) per rank: ``parts[r]`` goes to
         rank ``r``; returns a list whose element ``r`` (a bytearray) is what rank ``r`` sent
         this rank. The parts' announcements (size and path) are exchanged first."""
+        out = []
+        await self.alltoallv_into(parts, out)
+        return out
+
+    async def alltoallv_into(self, parts, out):
+        """``alltoallv`` into ``out``, a list made into one bytearray per rank, each resized to
+        what that rank sends: called again with the same list, it reuses those bytearrays'
+        memory (no allocation once they have grown to their sizes)."""
         if len(parts) != self.size:
             raise ValueError(f"{len(parts)} parts for {self.size} ranks")
         parts = [memoryview(p).cast("B") for p in parts]
@@ -198,14 +206,23 @@ class Communicator:
         incoming = [bytearray(len(announce[0])) if r != me else None for r in range(self.size)]
         await self._exchange(seq, 0, [a if r != me else None for r, a in enumerate(announce)], incoming)
         theirs = [_native.alltoallv_announce_decode(bytes(b)) if b is not None else None for b in incoming]
-        out = [bytearray(t[0]) if t is not None else bytearray(parts[me]) for t in theirs]
+        del out[self.size :]
+        out.extend(bytearray() for _ in range(self.size - len(out)))
+        for r, t in enumerate(theirs):
+            if not isinstance(out[r], bytearray):
+                out[r] = bytearray()
+            n = len(parts[me]) if t is None else t[0]
+            if len(out[r]) != n:
+                # Shrinking keeps the allocation; growing reuses it where it can.
+                out[r][n:] = b""
+                out[r].extend(bytes(n - len(out[r])))
+        out[me][:] = parts[me]
         ops = []
         for r in range(self.size):
             if r != me:
                 ops.append(self._send_part(seq, r, parts[r], batches[r]))
                 ops.append(self._recv_part(seq, r, out[r], theirs[r][1]))
         await asyncio.gather(*ops)
-        return out
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
