@@ -11,12 +11,17 @@
 //! `cargo run --release -p ucx-async --example bench -- -t tag_lat -s 8 -n 100000 --mode polling`
 //! (`--no-error-handling`: endpoints without peer-failure handling, like `ucx_perftest`'s;
 //! `--worker-address`: connect by worker address, as `ucx_perftest` does).
+//!
+//! `--sweep [--max-size BYTES] [--plot FILE.svg]`: tag latency and bandwidth from 8 B up to
+//! 64 MiB (by factors of 8), ours and `ucx_perftest`'s in one run, as a table and a plot.
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
 #[path = "common/progress_mode.rs"]
 mod progress_mode;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/sweep.rs"]
+mod sweep;
 #[path = "common/usage.rs"]
 mod usage;
 
@@ -257,9 +262,17 @@ usage: bench [-t TEST] [-s BYTES] [-n ITERS] [-w WINDOW] [--mode event|polling|a
   --no-error-handling  endpoints without peer-failure handling, like ucx_perftest's
   --worker-address     connect by worker address, as ucx_perftest does
   --server / --client  one side only (the server prints its port)
+  --sweep              tag_lat and tag_bw from 8 B to --max-size (default 64 MiB) by factors
+                       of 8, ours and ucx_perftest's (UCX_PERFTEST, or the one beside the UCX
+                       this build linked) in one run: a table, and with --plot FILE.svg a plot;
+                       -n caps each point's iterations
 With neither, it starts its own server process.";
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--sweep") {
+        return sweep_main(&args);
+    }
     let (opts, role, port) = parse();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let result = match (role, port) {
@@ -269,6 +282,50 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `--sweep`: every point runs this executable again (its own client and server processes).
+fn sweep_main(args: &[String]) {
+    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let max = match get("--max-size").map(|v| v.parse::<usize>()) {
+        None => 64 << 20,
+        Some(Ok(v)) if v >= 8 => v,
+        Some(_) => {
+            eprintln!("bench: --max-size needs a number of bytes, at least 8");
+            std::process::exit(2)
+        }
+    };
+    let mode = get("--mode").unwrap_or_else(|| "event".into());
+    let mut ours = vec!["--mode".to_string(), mode.clone()];
+    for flag in ["--no-error-handling", "--worker-address"] {
+        if args.iter().any(|a| a == flag) {
+            ours.push(flag.into());
+        }
+    }
+    let cap = match get("-n").map(|v| v.parse::<usize>()) {
+        None => usize::MAX,
+        Some(Ok(v)) if v > 0 => v,
+        Some(_) => {
+            eprintln!("bench: -n needs a number of iterations, at least 1");
+            std::process::exit(2)
+        }
+    };
+    let rows = sweep::run(max, cap, &ours);
+    print!("{}", sweep::table(&rows));
+    if let Some(path) = get("--plot") {
+        let title = format!("tag API over 127.0.0.1: ucx-async ({mode} mode{}) and ucx_perftest", ours[2..].join(" "));
+        match std::fs::write(&path, sweep::svg(&rows, &title)) {
+            Ok(()) => println!("# plot written to {path}"),
+            Err(e) => {
+                eprintln!("bench: cannot write {path}: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    if rows.iter().any(|r| r.lat.0.is_none() || r.bw.0.is_none()) {
+        eprintln!("bench: some of our points failed (see above)");
         std::process::exit(1);
     }
 }

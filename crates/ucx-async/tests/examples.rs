@@ -126,6 +126,19 @@ fn bench_runs_with_its_own_server() {
     }
 }
 
+#[test]
+fn bench_sweeps_ours_and_perftest_into_a_table_and_a_plot() {
+    let plot = std::env::temp_dir().join(format!("ucx-async-sweep-{}.svg", std::process::id()));
+    let stdout = run_example("bench", &["--sweep", "--max-size", "64", "-n", "300", "--plot", plot.to_str().unwrap()]);
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    assert_eq!(rows.len(), 2, "8 B and 64 B:\n{stdout}");
+    // Every figure of ours is there; perftest's too (the UCX this build found ships it).
+    assert!(rows.iter().all(|r| !r.split_whitespace().any(|f| f == "-")), "{stdout}");
+    let svg = std::fs::read_to_string(&plot).expect("the plot");
+    let _ = std::fs::remove_file(&plot);
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4, "{svg}");
+}
+
 /// Three `alltoall` ranks as separate processes; rank 2 is SIGKILLed once rank 0 has printed
 /// its first result. Ranks 0 and 1 must end with an error naming the failure within 30 s.
 #[test]
