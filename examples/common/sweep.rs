@@ -5,6 +5,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A line on a chart: its name and a value (or a missing point) per size.
+type Series<'a> = (&'a str, Vec<(usize, Option<f64>)>);
+
 /// One size's figures: one-way median latency (µs) and bandwidth (MiB/s), ours and perftest's.
 pub struct Row {
     pub size: usize,
@@ -165,11 +168,11 @@ pub fn svg(rows: &[Row], title: &str) -> String {
         2.0 * h + 30.0,
         w / 2.0
     );
-    let lat: [(&str, Vec<(usize, Option<f64>)>); 2] = [
+    let lat: [Series; 2] = [
         ("ucx-async", rows.iter().map(|r| (r.size, r.lat.0)).collect()),
         ("ucx_perftest", rows.iter().map(|r| (r.size, r.lat.1)).collect()),
     ];
-    let bw: [(&str, Vec<(usize, Option<f64>)>); 2] = [
+    let bw: [Series; 2] = [
         ("ucx-async", rows.iter().map(|r| (r.size, r.bw.0)).collect()),
         ("ucx_perftest", rows.iter().map(|r| (r.size, r.bw.1)).collect()),
     ];
