@@ -182,13 +182,7 @@ pub fn svg(rows: &[Row], title: &str) -> String {
 }
 
 /// One chart at vertical offset `top`: x is log2(size); y linear or log10.
-fn chart(
-    series: &[(&str, Vec<(usize, Option<f64>)>)],
-    y_label: &str,
-    log_y: bool,
-    top: f64,
-    (w, h): (f64, f64),
-) -> String {
+fn chart(series: &[Series], y_label: &str, log_y: bool, top: f64, (w, h): (f64, f64)) -> String {
     let m = 80.0;
     let points: Vec<(f64, f64)> = series
         .iter()
