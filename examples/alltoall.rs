@@ -7,6 +7,8 @@
 //! rank's, each iteration) and the bytes all ranks sent to other ranks per second.
 #[path = "common/launch.rs"]
 mod launch;
+#[path = "common/plot.rs"]
+mod plot;
 #[path = "common/progress_mode.rs"]
 mod progress_mode;
 #[path = "common/usage.rs"]
@@ -27,11 +29,17 @@ alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --m
 4 MiB), progress --mode event (sleep on the wakeup fd, the default), polling (as MPI does) or
 adaptive. --path: how parts travel (default auto: direct here, as there is no RDMA network);
 buffered sends batches of --batch bytes (default 1 MiB) through the bounce pool.
-Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.";
+Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.
+
+alltoall --plot-from FILE --plot OUT.svg: no run; plots FILE's lines `SIZE GBPS NAME...`
+(scripts/bench_alltoall.sh writes them, for ours and MPI) as throughput against size.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     usage::exit_if_help(&args, USAGE);
+    if let Some(i) = args.iter().position(|a| a == "--plot-from") {
+        return plot_from(args.get(i + 1), args.iter().position(|a| a == "--plot").and_then(|i| args.get(i + 1)));
+    }
     let opt = |name| launch::number_option(&args, name, USAGE);
     let (ranks, max, iters) =
         (opt("--ranks").unwrap_or(2), opt("--max-size").unwrap_or(64 << 20), opt("--iters").unwrap_or(20));
@@ -107,4 +115,44 @@ async fn rank_main(
         size *= 4;
     }
     comm.close().await
+}
+
+/// `--plot-from FILE --plot OUT.svg`: GB/s against size, a line per name in FILE.
+fn plot_from(input: Option<&String>, output: Option<&String>) -> ExitCode {
+    let (Some(input), Some(output)) = (input, output) else {
+        eprintln!("alltoall: --plot-from needs a file, and --plot the SVG to write\n\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    let text = match std::fs::read_to_string(input) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("alltoall: cannot read {input}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut series: Vec<plot::Series> = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let mut fields = line.splitn(3, ' ');
+        let (size, gbps, name) = (fields.next(), fields.next(), fields.next());
+        let parsed = size.and_then(|s| s.parse::<usize>().ok()).zip(gbps.and_then(|g| g.parse::<f64>().ok()));
+        let (Some((size, gbps)), Some(name)) = (parsed, name) else {
+            eprintln!("alltoall: {input}:{}: expected `SIZE GBPS NAME`, got {line:?}", n + 1);
+            return ExitCode::FAILURE;
+        };
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((size, Some(gbps))),
+            None => series.push(plot::Series { name: name.to_string(), points: vec![(size, Some(gbps))] }),
+        }
+    }
+    let chart = plot::Chart { y_label: "alltoallv throughput (GB/s, log scale)".into(), log_y: true, series };
+    match std::fs::write(output, plot::svg("alltoallv on one host: ucx-async and Open MPI", &[chart])) {
+        Ok(()) => {
+            println!("# plot written to {output}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("alltoall: cannot write {output}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -16,6 +16,8 @@
 //! 64 MiB (by factors of 8), ours and `ucx_perftest`'s in one run, as a table and a plot.
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
+#[path = "common/plot.rs"]
+mod plot;
 #[path = "common/progress_mode.rs"]
 mod progress_mode;
 #[path = "common/server_process.rs"]

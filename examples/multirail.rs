@@ -6,6 +6,8 @@
 //! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail).
 #[path = "common/launch.rs"]
 mod launch;
+#[path = "common/plot.rs"]
+mod plot;
 #[path = "common/server_process.rs"]
 mod server_process;
 #[path = "common/usage.rs"]
@@ -305,70 +307,16 @@ async fn client(opts: &Options, ports: &[u16]) -> Result<()> {
 
 /// MB/s against message size (log scale), one line per mode, rail count, stages and ratio.
 fn svg(results: &[(Point, f64)]) -> String {
-    // The plot on the left, the legend (one line per configuration) on the right.
-    let (w, h, m, legend) = (1200.0, 520.0, 70.0, 330.0);
-    let sizes: Vec<f64> = results.iter().map(|(p, _)| (p.size as f64).log2()).collect();
-    let (xmin, xmax) = sizes.iter().fold((f64::MAX, f64::MIN), |(a, b), &s| (a.min(s), b.max(s)));
-    let ymax = results.iter().map(|r| r.1).fold(1.0, f64::max) * 1.1;
-    let x = |s: f64| m + (s - xmin) / (xmax - xmin).max(1.0) * (w - legend - 2.0 * m);
-    let y = |v: f64| h - m - v / ymax * (h - 2.0 * m);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"black\"/>\n\
-         <text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">message size (bytes, log scale)</text>\n\
-         <text x=\"15\" y=\"{cy}\" transform=\"rotate(-90 15 {cy})\" text-anchor=\"middle\">MB/s</text>\n",
-        b = h - m,
-        r = w - legend - m,
-        cx = (w - legend) / 2.0,
-        ly = h - 20.0,
-        cy = h / 2.0
-    );
-    for i in 0..=4 {
-        let v = ymax * f64::from(i) / 4.0;
-        out += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>\n", m - 5.0, y(v) + 4.0);
-    }
-    let mut labels: Vec<String> = Vec::new();
-    for (p, _) in results {
-        let l = label(p);
-        if !labels.contains(&l) {
-            labels.push(l);
+    let mut series: Vec<plot::Series> = Vec::new();
+    for (p, mbps) in results {
+        let name = label(p);
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((p.size, Some(*mbps))),
+            None => series.push(plot::Series { name, points: vec![(p.size, Some(*mbps))] }),
         }
     }
-    let colours =
-        ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-    for (k, l) in labels.iter().enumerate() {
-        let pts: Vec<String> = results
-            .iter()
-            .filter(|(p, _)| &label(p) == l)
-            .map(|(p, v)| format!("{:.1},{:.1}", x((p.size as f64).log2()), y(*v)))
-            .collect();
-        let c = colours[k % colours.len()];
-        let dash = if k >= colours.len() { " stroke-dasharray=\"4 3\"" } else { "" };
-        out += &format!(
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>\n",
-            pts.join(" ")
-        );
-        let (lx, ly) = (w - legend + 10.0, m + 14.0 * k as f64);
-        out += &format!(
-            "<line x1=\"{lx}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>\n",
-            ly - 4.0,
-            lx + 24.0,
-            ly - 4.0
-        );
-        out += &format!("<text x=\"{}\" y=\"{ly}\" fill=\"{c}\">{l}</text>\n", lx + 30.0);
-    }
-    let mut ticks: Vec<usize> = results.iter().map(|(p, _)| p.size).collect();
-    ticks.sort_unstable();
-    ticks.dedup();
-    for size in ticks {
-        out += &format!(
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{size}</text>\n",
-            x((size as f64).log2()),
-            h - m + 15.0
-        );
-    }
-    out + "</svg>\n"
+    let chart = plot::Chart { y_label: "MB/s".into(), log_y: false, series };
+    plot::svg("multi-rail: one message split over rails, against one endpoint", &[chart])
 }
 
 fn label(p: &Point) -> String {

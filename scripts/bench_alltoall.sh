@@ -10,6 +10,7 @@
 # Open MPI and mpi4py come from PyPI into .venv-mpi on first use. Expects scripts/setup.sh to
 # have run. RANKS="2 4" and MAX_SIZE (bytes) narrow the sweep; MODE=polling makes ours
 # busy-poll as MPI does (default: event, sleeping on the wakeup fd). All ranks share the cores.
+# Writes the plot to docs/alltoall.svg (PLOT= elsewhere).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -52,4 +53,9 @@ for n in $RANKS; do
     table "$n ranks, defaults (ours: TCP; MPI: shared memory)" "$TMP/ours" "$TMP/mpi"
     table "$n ranks, shared memory on both (ours: UCX_MM_ERROR_HANDLING=y)" "$TMP/ours_shm" "$TMP/mpi"
     table "$n ranks, TCP on both (MPI: --mca btl tcp,self)" "$TMP/ours" "$TMP/mpi_tcp"
+    # The plot's lines: SIZE GBPS NAME.
+    for pair in "ours:ours TCP" "ours_shm:ours shm" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
+        awk -v name="${pair#*:}, $n ranks" '{print $1, $3, name}' "$TMP/${pair%%:*}" >>"$TMP/plot"
+    done
 done
+"${OURS[0]}" --plot-from "$TMP/plot" --plot "${PLOT:-$ROOT/docs/alltoall.svg}"

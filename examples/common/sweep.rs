@@ -3,10 +3,9 @@
 //! the UCX this build found, or `UCX_PERFTEST`) on the same sizes in the same run; a table on
 //! stdout and, with `--plot`, an SVG of both against size.
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// A line on a chart: its name and a value (or a missing point) per size.
-type Series<'a> = (&'a str, Vec<(usize, Option<f64>)>);
+use crate::plot;
+use std::time::{Duration, Instant};
 
 /// One size's figures: one-way median latency (µs) and bandwidth (MiB/s), ours and perftest's.
 pub struct Row {
@@ -158,104 +157,23 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// Two charts, latency and bandwidth (both log scale: they span orders of magnitude),
-/// against size (log scale), ours and perftest's.
+/// against size, ours and perftest's.
 pub fn svg(rows: &[Row], title: &str) -> String {
-    let (w, h) = (900.0, 380.0);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n",
-        2.0 * h + 30.0,
-        w / 2.0
-    );
-    let lat: [Series; 2] = [
-        ("ucx-async", rows.iter().map(|r| (r.size, r.lat.0)).collect()),
-        ("ucx_perftest", rows.iter().map(|r| (r.size, r.lat.1)).collect()),
-    ];
-    let bw: [Series; 2] = [
-        ("ucx-async", rows.iter().map(|r| (r.size, r.bw.0)).collect()),
-        ("ucx_perftest", rows.iter().map(|r| (r.size, r.bw.1)).collect()),
-    ];
-    out += &chart(&lat, "one-way latency, median (µs, log scale)", true, 30.0, (w, h));
-    out += &chart(&bw, "bandwidth (MiB/s, log scale)", true, h + 30.0, (w, h));
-    out + "</svg>\n"
-}
-
-/// One chart at vertical offset `top`: x is log2(size); y linear or log10.
-fn chart(series: &[Series], y_label: &str, log_y: bool, top: f64, (w, h): (f64, f64)) -> String {
-    let m = 80.0;
-    let points: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|(_, s)| s.iter().filter_map(|(x, y)| y.filter(|v| *v > 0.0).map(|y| ((*x as f64).log2(), y))))
-        .collect();
-    if points.is_empty() {
-        return String::new();
-    }
-    let ty = |v: f64| if log_y { v.log10() } else { v };
-    let (xmin, xmax) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
-    let (ymin, ymax) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(ty(p.1)), b.max(ty(p.1))));
-    let (ymin, ymax) = if log_y { (ymin.floor(), ymax.ceil().max(ymin.floor() + 1.0)) } else { (0.0, ymax * 1.1) };
-    let x = |v: f64| m + (v - xmin) / (xmax - xmin).max(1.0) * (w - 2.0 * m);
-    let y = |v: f64| top + h - m + 20.0 - (ty(v) - ymin) / (ymax - ymin).max(1e-9) * (h - m - 20.0);
-    let bottom = top + h - m + 20.0;
-    let mut out = format!(
-        "<line x1=\"{m}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\" stroke=\"black\"/>\
-         <line x1=\"{m}\" y1=\"{}\" x2=\"{m}\" y2=\"{bottom}\" stroke=\"black\"/>\n\
-         <text x=\"12\" y=\"{cy}\" transform=\"rotate(-90 12 {cy})\" text-anchor=\"middle\">{y_label}</text>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">message size (bytes, log scale)</text>\n",
-        w - m,
-        top + 20.0,
-        w / 2.0,
-        bottom + 32.0,
-        cy = top + h / 2.0,
-    );
-    // y ticks: decades on a log axis, quarters on a linear one.
-    let ticks: Vec<f64> = if log_y {
-        (ymin as i32..=ymax as i32).map(|e| 10f64.powi(e)).collect()
-    } else {
-        (0..=4).map(|i| ymax * f64::from(i) / 4.0).collect()
+    let line = |name: &str, pick: &dyn Fn(&Row) -> Option<f64>| plot::Series {
+        name: name.into(),
+        points: rows.iter().map(|r| (r.size, pick(r))).collect(),
     };
-    for v in ticks {
-        let yv = if log_y { y(v) } else { bottom - v / ymax * (h - m - 20.0) };
-        out += &format!("<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n", m - 5.0, yv + 4.0, short(v));
-    }
-    if let Some((_, s)) = series.first() {
-        for (size, _) in s {
-            out += &format!(
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                x((*size as f64).log2()),
-                bottom + 15.0,
-                short(*size as f64)
-            );
-        }
-    }
-    for (k, (name, s)) in series.iter().enumerate() {
-        let colour = ["#1f77b4", "#d62728"][k % 2];
-        let pts: Vec<String> = s
-            .iter()
-            .filter_map(|(sz, v)| v.filter(|v| *v > 0.0).map(|v| format!("{:.1},{:.1}", x((*sz as f64).log2()), y(v))))
-            .collect();
-        out +=
-            &format!("<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"/>\n", pts.join(" "));
-        out += &format!(
-            "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">{name}</text>\n",
-            m + 10.0,
-            top + 36.0 + 14.0 * k as f64
-        );
-    }
-    out
-}
-
-/// 1536 -> "1.5K", 8388608 -> "8M", 0.25 -> "0.25".
-fn short(v: f64) -> String {
-    let (v, unit) = match v {
-        v if v >= 1048576.0 => (v / 1048576.0, "M"),
-        v if v >= 1024.0 && v.fract() == 0.0 && (v / 1024.0).fract() == 0.0 => (v / 1024.0, "K"),
-        v => (v, ""),
-    };
-    if v.fract() == 0.0 || v >= 100.0 {
-        format!("{v:.0}{unit}")
-    } else {
-        format!("{v:.2}{unit}")
-    }
+    let charts = [
+        plot::Chart {
+            y_label: "one-way latency, median (µs, log scale)".into(),
+            log_y: true,
+            series: vec![line("ucx-async", &|r| r.lat.0), line("ucx_perftest", &|r| r.lat.1)],
+        },
+        plot::Chart {
+            y_label: "bandwidth (MiB/s, log scale)".into(),
+            log_y: true,
+            series: vec![line("ucx-async", &|r| r.bw.0), line("ucx_perftest", &|r| r.bw.1)],
+        },
+    ];
+    plot::svg(title, &charts)
 }

@@ -139,6 +139,25 @@ fn bench_sweeps_ours_and_perftest_into_a_table_and_a_plot() {
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4, "{svg}");
 }
 
+#[test]
+fn alltoall_plots_what_the_comparison_script_collected() {
+    let dir = std::env::temp_dir().join(format!("ucx-async-a2a-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (data, svg) = (dir.join("lines"), dir.join("a2a.svg"));
+    std::fs::write(&data, "1024 0.1 ours TCP, 2 ranks\n4096 0.4 ours TCP, 2 ranks\n1024 2 MPI shm, 2 ranks\n").unwrap();
+    let args = ["--plot-from", data.to_str().unwrap(), "--plot", svg.to_str().unwrap()];
+    run_example("alltoall", &args);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(text.matches("<polyline").count(), 2, "{text}");
+    assert!(text.contains("MPI shm, 2 ranks"), "{text}");
+    // A line that is not `SIZE GBPS NAME` is named, and nothing is written.
+    std::fs::write(&data, "1024 fast ours\n").unwrap();
+    let out = Command::new(example("alltoall").unwrap()).args(args).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(":1: expected `SIZE GBPS NAME`"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Three `alltoall` ranks as separate processes; rank 2 is SIGKILLed once rank 0 has printed
 /// its first result. Ranks 0 and 1 must end with an error naming the failure within 30 s.
 #[test]
