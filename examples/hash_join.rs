@@ -127,12 +127,13 @@ async fn rank_main(rows: usize) -> ucx_async::Result<bool> {
     let sent: usize =
         left.iter().chain(&right).enumerate().filter(|(i, _)| i % ranks != rank).map(|(_, p)| p.len()).sum();
 
-    let mut mine = [0u8; 32];
+    let mut mine = [0u8; 40];
     mine[..8].copy_from_slice(&local.pairs.to_le_bytes());
     mine[8..16].copy_from_slice(&local.checksum.to_le_bytes());
     mine[16..24].copy_from_slice(&(sent as u64).to_le_bytes());
-    mine[24..].copy_from_slice(&((t2 - t1).as_nanos() as u64).to_le_bytes());
-    let mut all = vec![0u8; 32 * ranks];
+    mine[24..32].copy_from_slice(&((t2 - t1).as_nanos() as u64).to_le_bytes());
+    mine[32..].copy_from_slice(&((t3 - t0).as_nanos() as u64).to_le_bytes());
+    let mut all = vec![0u8; 40 * ranks];
     comm.allgather(&mine, &mut all).await?;
     comm.close().await?;
     if rank != 0 {
@@ -140,26 +141,29 @@ async fn rank_main(rows: usize) -> ucx_async::Result<bool> {
     }
 
     let word =
-        |r: usize, at: usize| u64::from_le_bytes(all[r * 32 + at..r * 32 + at + 8].try_into().unwrap_or_default());
+        |r: usize, at: usize| u64::from_le_bytes(all[r * 40 + at..r * 40 + at + 8].try_into().unwrap_or_default());
     let mut global = Summary::default();
-    let (mut bytes, mut slowest) = (0u64, 0u64);
+    let (mut bytes, mut slowest, mut end_to_end) = (0u64, 0u64, 0u64);
     for r in 0..ranks {
         global.pairs += word(r, 0);
         global.checksum = global.checksum.wrapping_add(word(r, 8));
         bytes += word(r, 16);
         slowest = slowest.max(word(r, 24));
+        end_to_end = end_to_end.max(word(r, 32));
     }
     let expected =
         join((0..ranks).flat_map(|r| table(0, r, rows, ranks)), (0..ranks).flat_map(|r| table(1, r, rows, ranks)));
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     println!(
         "hash_join: {ranks} ranks x {rows} rows per table: partition {:.1} ms, exchange {:.1} ms \
-         ({:.2} GB/s across ranks, {} MB moved), local join {:.1} ms (rank 0's times; exchange: slowest rank)",
+         ({:.2} GB/s across ranks, {} MB moved), local join {:.1} ms (rank 0's times; exchange: slowest rank); \
+         end to end {:.1} ms (slowest rank)",
         ms(t1 - t0),
         slowest as f64 / 1e6,
         bytes as f64 / slowest.max(1) as f64,
         bytes / 1_000_000,
         ms(t3 - t2),
+        end_to_end as f64 / 1e6,
     );
     let ok = global == expected;
     println!(

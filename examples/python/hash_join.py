@@ -82,15 +82,15 @@ async def main(rows):
     pairs, checksum = join(*columns(left_in), *columns(right_in))
     t3 = time.perf_counter()
     sent = sum(len(p) for parts in (left, right) for r, p in enumerate(parts) if r != rank)
-    mine = struct.pack("<QQQQ", pairs, checksum, sent, int((t2 - t1) * 1e9))
-    everyone = bytearray(32 * ranks)
+    mine = struct.pack("<QQQQQ", pairs, checksum, sent, int((t2 - t1) * 1e9), int((t3 - t0) * 1e9))
+    everyone = bytearray(40 * ranks)
     await comm.allgather(mine, everyone)
     await comm.close()
     if rank != 0:
         return True
-    per_rank = [struct.unpack_from("<QQQQ", everyone, 32 * r) for r in range(ranks)]
+    per_rank = [struct.unpack_from("<QQQQQ", everyone, 40 * r) for r in range(ranks)]
     total = (sum(p[0] for p in per_rank), sum(p[1] for p in per_rank) & 0xFFFFFFFFFFFFFFFF)
-    moved, slowest = sum(p[2] for p in per_rank), max(p[3] for p in per_rank)
+    moved, slowest, end_to_end = sum(p[2] for p in per_rank), max(p[3] for p in per_rank), max(p[4] for p in per_rank)
     lk, lp = (np.concatenate(c) for c in zip(*(table(0, r, rows, ranks) for r in range(ranks))))
     rk, rp = (np.concatenate(c) for c in zip(*(table(1, r, rows, ranks) for r in range(ranks))))
     expected = join(lk, lp, rk, rp)
@@ -98,7 +98,7 @@ async def main(rows):
         f"hash_join.py: {ranks} ranks x {rows} rows per table: partition {(t1 - t0) * 1e3:.1f} ms, "
         f"exchange {slowest / 1e6:.1f} ms ({moved / max(slowest, 1):.2f} GB/s across ranks, "
         f"{moved // 1_000_000} MB moved), local join {(t3 - t2) * 1e3:.1f} ms "
-        "(rank 0's times; exchange: slowest rank)"
+        f"(rank 0's times; exchange: slowest rank); end to end {end_to_end / 1e6:.1f} ms (slowest rank)"
     )
     ok = total == expected
     verdict = "matches the single-process join" if ok else "DIFFERS from the single-process join"
