@@ -1,11 +1,13 @@
 """The native extension's modules form layers: no module imports one that imports it back
 (crates/ucx-py-bindings/src/lib.rs lists them bottom up), and the engine knows no endpoint,
-listener or active-message type. Read from the sources, so a new circle fails here."""
+listener or active-message type. The same holds for the Python package's modules (``ucp.core``
+and the modules it was split into). Read from the sources, so a new circle fails here."""
 
 import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "crates" / "ucx-py-bindings" / "src"
+PY = Path(__file__).resolve().parents[2] / "python" / "ucp"
 
 # What the engine may use: below it in the map.
 ENGINE_MAY_USE = {"buffer", "errors", "outcome", "sync", "target"}
@@ -59,6 +61,25 @@ def test_no_module_imports_one_that_imports_it_back():
 def test_the_engine_knows_no_endpoint_listener_or_am_type():
     extra = _imports()["engine"] - ENGINE_MAY_USE
     assert not extra, f"engine.rs uses {sorted(extra)}"
+
+
+def _python_imports():
+    graph = {}
+    for path in sorted(PY.glob("*.py")):
+        text = path.read_text()
+        deps = set(re.findall(r"^\s*from \.(\w+)", text, re.M))
+        for names in re.findall(r"^\s*from \. import ([\w, ]+)", text, re.M):
+            deps |= {n.strip().split(" ")[0] for n in names.split(",")}
+        graph[path.stem] = deps - {path.stem}
+    return graph
+
+
+def test_the_python_package_has_no_import_circle():
+    graph = _python_imports()
+    assert {"core", "endpoint", "application", "handshake"} <= set(graph)
+    assert "endpoint" in graph["application"], "the parser found the imports"
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -1,18 +1,17 @@
-"""The UCXX multi-frame header is the one decoder of peer bytes written in Python (the others are
-fuzzed in Rust: crates/ucx-core/tests/wire_fuzz.rs). Random and mutated headers must decode or
+"""The UCXX multi-frame header as Python decodes it (through ucx-core's `wire::multi_frame`, which
+crates/ucx-core/tests/wire_fuzz.rs fuzzes too). Random and mutated headers must decode or
 be refused with UCXError, never raise anything else; and `recv_multi` refuses a peer that
 announces headers without end. Cases per run: UCX_FUZZ_CASES (default 20 000;
 scripts/reliability.sh runs 1 000 000)."""
 import asyncio
 import os
 import random
-import struct
 
 import pytest
 
 import ucp
 from conftest import pair, run
-from ucp.core import _MultiHeader
+from ucp.framing import MultiHeader as _MultiHeader
 from ucp.exceptions import UCXError
 
 CASES = int(os.environ.get("UCX_FUZZ_CASES", "20000"))
@@ -50,18 +49,19 @@ def test_random_and_mutated_headers_decode_or_are_refused():
 
 def test_headers_of_the_wrong_length_are_refused():
     for n in (0, 1, _MultiHeader.SIZE - 1, _MultiHeader.SIZE + 1):
-        with pytest.raises(struct.error):
+        with pytest.raises(UCXError, match=f"expected {_MultiHeader.SIZE} bytes, got {n}"):
             _MultiHeader.unpack(bytes(n))  # recv_multi always receives exactly SIZE bytes
 
 
 def test_headers_without_end_are_refused(progress_mode, monkeypatch):
     """A peer that keeps announcing more headers is refused once its frames pass the limit,
     not once they have filled memory."""
-    monkeypatch.setattr(ucp.core, "_MAX_FRAMES", 1000)
+    monkeypatch.setattr(ucp.framing, "MAX_FRAMES", 1000)
 
     async def main():
         lf, client, server = await pair()
-        endless = _MultiHeader._STRUCT.pack(True, 100, *([0] * 100), *([0] * 100))
+        # Headers of 100 empty frames, each saying another follows.
+        endless = _MultiHeader.pack_all([(False, 0)] * 101)[0]
 
         async def flood():
             for _ in range(20):

@@ -255,7 +255,7 @@ def test_recv_multi_cancelled_after_the_headers_closes_the_endpoint(progress_mod
         lf, client, server = await pair()
         allocated = asyncio.Event()
         task = asyncio.ensure_future(server.recv_multi(allocator=_signal_in_allocator(allocated)))
-        for header in ucp.core._MultiHeader.pack_all([(False, 4)]):
+        for header in ucp.framing.MultiHeader.pack_all([(False, 4)]):
             await client.send(header)
         await asyncio.wait_for(allocated.wait(), 5)
         task.cancel()

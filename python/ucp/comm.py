@@ -1,15 +1,7 @@
 """UCX-Py's ``ucp.comm``: asyncio futures over the native operations, for code that drives
 endpoints and workers directly. Each function returns a future (already done when UCX
 finished the operation inline)."""
-from .utils import get_event_loop
-
-
-def _future(fut, event_loop=None):
-    if fut is not None:
-        return fut
-    done = (event_loop or get_event_loop()).create_future()
-    done.set_result(True)
-    return done
+from .pending import as_future as _future
 
 
 def tag_send(ep, buffer, nbytes, tag, name="tag_send", event_loop=None):

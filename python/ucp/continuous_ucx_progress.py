@@ -72,6 +72,13 @@ def others_ready(loop):
     return any(not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)) for h in getattr(loop, "_ready", ()))
 
 
+def inline_spin_us():
+    """How long ``Endpoint.send``/``recv`` may progress the worker before they hand back a
+    future: ``spin_us()``, only when nothing else on the running loop is ready to run, which a
+    spin would only delay."""
+    return 0 if others_ready(asyncio.get_running_loop()) else SPIN_US
+
+
 class NonBlockingMode(ProgressTask):
     """Progresses the worker on every event-loop iteration (lowest latency, one busy core)."""
 

@@ -89,7 +89,7 @@ def _init_ucx(host=None):
     ``host`` limits UCX's network devices to its interface unless ``ucxa.net-devices`` or
     ``UCX_NET_DEVICES`` says otherwise (UCX's tcp transport listens on every device it uses)."""
     _make_host_pool()
-    if ucp.core._ctx is not None:
+    if ucp.core.initialized():
         return
     # A Dask read is posted long before its message comes, so spinning for a prompt reply
     # (ucp's default for ping-pong) mostly burns CPU the worker's tasks need.
@@ -203,7 +203,7 @@ class UCXAComm(Comm):
         # Posted now, finished later: a large (rendezvous) send completes only once the peer
         # receives, and a writer must not wait for a reader that is itself still writing.
         try:
-            nbytes, self._sending = ep._post_multi(frames)
+            nbytes, self._sending = ep.post_multi(frames)
         except Exception as e:
             self.abort()
             raise CommClosedError(f"{self}: {e!r}") from e

@@ -7,8 +7,8 @@
 mod fuzz;
 use fuzz::{cases, Rng};
 use ucx_core::wire::{
-    alltoallv, am_header, bootstrap, ctrl::CtrlMsg, detect, multirail, obj_len, worker_address, PeerInfo, UcxxPeerInfo,
-    DETECT_LEN,
+    alltoallv, am_header, bootstrap, ctrl::CtrlMsg, detect, multi_frame, multirail, obj_len, worker_address, PeerInfo,
+    UcxxPeerInfo, DETECT_LEN,
 };
 
 #[test]
@@ -45,6 +45,20 @@ fn decoders_never_panic_and_round_trip() {
         first.iter_mut().for_each(|x| *x = rng.next() as u8);
         let _ = detect(&first);
         let _ = worker_address::validate(&rng.bytes(64));
+        // UCXX's multi-frame header: random bytes and a valid header with bytes changed; what
+        // decodes re-encodes to an equivalent header.
+        let mut h = multi_frame::encode_all(&[multi_frame::Frame { cuda: true, len: rng.next() }])[0];
+        for _ in 0..4 {
+            let at = (rng.next() as usize) % multi_frame::LEN;
+            h[at] = rng.next() as u8;
+        }
+        for candidate in [&h[..], &rng.bytes(multi_frame::LEN)[..]] {
+            if let Ok((_, frames)) = multi_frame::decode(candidate) {
+                assert!(frames.len() <= multi_frame::FRAMES);
+                let again = multi_frame::encode_all(&frames);
+                assert_eq!(multi_frame::decode(&again[0]).map(|d| d.1), Ok(frames));
+            }
+        }
         // alltoallv's announcement: random bytes; what decodes covers its part exactly.
         if let Ok(a) = alltoallv::Announce::decode(&rng.bytes(12)) {
             assert_eq!(alltoallv::Announce::decode(&a.encode()), Ok(a));

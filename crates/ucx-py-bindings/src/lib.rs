@@ -21,12 +21,14 @@
 //! - [`context`]: `Context`. [`rma`]: `MemoryHandle`, `RemoteKey`. [`listener`]: `Listener`
 //!   and `ConnRequest`. [`worker`]: `Worker` (progress and the blocking-mode pass, wakeup
 //!   fd, worker-wide receive and probe, flush, fence, endpoints and listeners).
+//! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, `send_obj`
+//!   prefix, user tags, multi-frame header) from ucx-core, for `python/ucp`.
 //! - Leaves: [`host_pool`] (`HostPool`, receive buffers from memory already backed),
 //!   [`collective`] and [`multirail`] (their wire bytes for `ucp.collective` and
 //!   `ucp.multirail`), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
 //!
-//! Everything Python-facing beyond these primitives (the handshake, tags, `ucp.core`) is
-//! pure Python in `python/ucp`.
+//! Everything Python-facing beyond these primitives (the handshake's flow, the close
+//! protocol's flow, `ucp.core`) is pure Python in `python/ucp`; the bytes are ucx-core's.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod am;
@@ -48,6 +50,7 @@ mod submit;
 mod sync;
 mod target;
 mod topology;
+mod wire;
 mod worker;
 
 use pyo3::prelude::*;
@@ -58,16 +61,9 @@ fn get_ucx_version() -> (u32, u32, u32) {
     ucx_core::version::runtime()
 }
 
-/// UCX-Py's `hash64bits` over two unsigned 64-bit ints (the handshake checksum), in Rust.
-#[pyfunction]
-fn hash64bits_u64(a: u64, b: u64) -> u64 {
-    ucx_core::wire::hash64bits(&[a, b])
-}
-
 #[pymodule]
 fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_ucx_version, m)?)?;
-    m.add_function(wrap_pyfunction!(hash64bits_u64, m)?)?;
     m.add_function(wrap_pyfunction!(context::current_options, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_user_tag, m)?)?;
     m.add_function(wrap_pyfunction!(multirail::multirail_hello, m)?)?;
@@ -100,5 +96,6 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host_pool::HostBuffer>()?;
     m.add_class::<topology::Topology>()?;
     m.add("FULL_MASK", ucx_core::FULL_MASK)?;
+    wire::register(m)?;
     Ok(())
 }

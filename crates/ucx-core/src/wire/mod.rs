@@ -16,6 +16,7 @@
 //! | UCX-Py control message (tag) | 16 | `opcode: u64` (1 = shutdown), `close_after_n_recv: u64` | [`ctrl`] |
 //! | UCX-Py active-message header | 4 | `mem_type: i32` (`ucs_memory_type_t`) | [`am_header`] |
 //! | UCX-Py `send_obj` length prefix | 8 | `nbytes: u64` | [`obj_len`] |
+//! | UCXX multi-frame header (`send_multi`, the Dask comm) | 1209 | `next: bool`, `n: u64`, 100 × `cuda: i32`, 100 × `size: u64` | [`multi_frame`] |
 //! | UCX worker address (checked, not decoded) | varies | see the module | [`worker_address`] |
 //! | our communicator's hello and address table | varies | see the module | [`bootstrap`] |
 //! | our communicator's tags (user tag, source rank, batch) | 8 (a tag) | see the module | [`collective_tag`] |
@@ -38,6 +39,7 @@ pub mod bootstrap;
 pub mod collective_tag;
 pub mod ctrl;
 pub mod handshake;
+pub mod multi_frame;
 pub mod multirail;
 pub mod obj_len;
 pub mod worker_address;
@@ -161,26 +163,21 @@ where
 ///
 /// The Python helper accepts any objects; only tuples of ints that fit in a
 /// `u64` are covered here (strings, bytes and larger ints are out of scope).
-/// See [`hash64bits_i64`] for negative values.
 pub fn hash64bits(values: &[u64]) -> u64 {
-    hash_int_tuple(values.iter().map(|&v| i128::from(v)))
-}
-
-/// [`hash64bits`] over signed integers; negative values are written `-5` as
-/// in Python's `repr`.
-pub fn hash64bits_i64(values: &[i64]) -> u64 {
     hash_int_tuple(values.iter().map(|&v| i128::from(v)))
 }
 
 /// The UCX tag UCX-Py/UCXX use for a user tag:
 /// `hash64bits(base, hash(tag))`, where `base` is the endpoint's
 /// `msg_send`/`msg_recv` tag and `py_hash` is Python's `hash()` of the user's
-/// tag (for int tags, [`py_int_hash`]); `py_hash` may be negative.
+/// tag (for int tags, [`py_int_hash`]); `py_hash` may be negative. The Python
+/// package's `Endpoint.send(tag=...)`/`recv(tag=...)` compute their tags with it.
 pub fn user_tag(base: u64, py_hash: i64) -> u64 {
     hash_int_tuple([i128::from(base), i128::from(py_hash)].into_iter())
 }
 
-/// CPython's `hash()` of an int (64-bit builds): `|v| mod (2^61 - 1)` with the
+/// CPython's `hash()` of an int (64-bit builds), for Rust code that computes the
+/// [`user_tag`] of a UCX-Py peer's int tag (Python passes its own `hash()`): `|v| mod (2^61 - 1)` with the
 /// sign of `v`, except that `-1` becomes `-2` (CPython reserves `-1` as its
 /// C-level error return).
 pub fn py_int_hash(v: i64) -> i64 {
@@ -215,14 +212,12 @@ mod tests {
         assert_eq!(hash64bits(&[0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]), 0xa2b2_20f5_da2f_1831);
     }
 
-    // Values from the same python3 command as above (h(-5), h(-2**63, 2**63-1)).
+    // Negative values are written as Python's repr writes them:
+    // python3 -c 'import hashlib;h=lambda *a:hex(int(hashlib.sha1(repr(a).encode()).hexdigest()[:16],16));print(h(7,-5), h(2**64-1, -2**63))'
     #[test]
-    fn hash64bits_i64_matches_python() {
-        assert_eq!(hash64bits_i64(&[-5]), 0xc4bf_3766_10dd_5d83);
-        assert_eq!(hash64bits_i64(&[i64::MIN, i64::MAX]), 0x934c_02d2_c9e4_27f0);
-        // Non-negative values must agree with the u64 flavour.
-        assert_eq!(hash64bits_i64(&[0, 0]), hash64bits(&[0, 0]));
-        assert_eq!(hash64bits_i64(&[12345]), hash64bits(&[12345]));
+    fn negative_hashes_match_python() {
+        assert_eq!(user_tag(7, -5), 0x5e40_8a74_581c_2155);
+        assert_eq!(user_tag(u64::MAX, i64::MIN), 0x7489_5be0_610a_0f6c);
     }
 
     #[test]

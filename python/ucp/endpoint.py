@@ -1,0 +1,344 @@
+"""UCX-Py's ``Endpoint``: a connection to one peer with tag messages on the endpoint's own
+tags, multi-frame and length-prefixed messages, active messages, and the close protocol
+(``close()`` sends the control message, ``abort()`` closes at once). Each transfer is one call
+into the native extension (``None`` when UCX finished it inline, else a future)."""
+import asyncio
+import contextlib
+import logging
+
+from . import _ucx_async as _native
+from . import framing
+from ._libs.arr import Array
+from ._libs.exceptions import UCXCanceled, UCXEndpointClosed, UCXError, UCXPeerFailure
+from .continuous_ucx_progress import inline_spin_us
+from .ctrl_msg import CtrlMsg
+from .framing import MultiHeader
+from .pending import gather_posted, post_all, wait
+
+logger = logging.getLogger("ucx")
+
+__all__ = ["Endpoint", "EndpointClosedError"]
+
+
+# The earlier name of ``UCXEndpointClosed`` (kept for code that imported it).
+EndpointClosedError = UCXEndpointClosed
+
+
+class Endpoint:
+    """A connection to one peer: tag messages on per-endpoint tags, active messages, and the
+    close protocol. Made by ``create_endpoint``, a listener, or
+    ``create_endpoint_from_worker_address``."""
+
+    def __init__(self, endpoint, ctx, tags=None):
+        self._ep = endpoint
+        self._uid = endpoint.handle
+        self._ctx = ctx
+        self._worker = ctx.worker
+        self._send_count = 0
+        self._recv_count = 0
+        self._finished_recv_count = 0
+        self._shutting_down_peer = False
+        self._close_after_n_recv = None
+        self._tags = tags
+
+    @property
+    def uid(self):
+        """The UCX endpoint handle, as an int (valid after close too)."""
+        return self._uid
+
+    def closed(self):
+        ep = self._ep
+        return ep is None or not ep.initialized or not ep.is_alive()
+
+    @property
+    def alive(self):
+        """Whether the endpoint is open and its peer has not failed (UCXX's ``alive``)."""
+        return not self.closed()
+
+    def abort(self):
+        """Closes the endpoint at once without telling the peer: pending operations on it
+        fail with ``UCXEndpointClosed``; the close callback runs."""
+        ep, self._ep, self._ctx = self._ep, None, None
+        if ep is not None:
+            logger.debug("Endpoint.abort(): %s", hex(self.uid))
+            # Let go of the context even when the close fails (and raises): a caller that
+            # keeps the exception, and so this frame, must not keep the context in use.
+            try:
+                ep.close()
+            finally:
+                # Messages on this endpoint's own tags can no longer be received: drop them,
+                # or a peer's unread sends stay in UCX's unexpected queue for good.
+                for key in ("msg_recv", "ctrl_recv"):
+                    tag = (self._tags or {}).get(key)
+                    if tag is not None:
+                        self._worker.purge_unexpected(tag)
+
+    async def close(self):
+        """Tells the peer to close after it has received everything sent so far, then closes."""
+        if self.closed():
+            self.abort()
+            return
+        if self._shutting_down_peer:
+            return
+        self._shutting_down_peer = True
+        self._ep.begin_close()
+        try:
+            if self._tags is not None and self._tags.get("ctrl_send") is not None:
+                log = "[Send shutdown] ep: %s, tag: %s, close_after_n_recv: %d" % (
+                    hex(self.uid),
+                    hex(self._tags["ctrl_send"]),
+                    self._send_count,
+                )
+                logger.debug(log)
+                msg = CtrlMsg.serialize(opcode=1, close_after_n_recv=self._send_count)
+                await wait(self._ep.tag_send(msg, self._tags["ctrl_send"], name=log))
+        except UCXError as e:
+            logging.warning("UCX failed closing worker %s (probably already closed): %s" % (hex(self.uid), repr(e)))
+        finally:
+            if not self.closed():
+                self._worker.progress()
+                await asyncio.sleep(0)
+                self.abort()
+
+    def _tag(self, key, tag, force_tag):
+        if force_tag:
+            return tag
+        if self._tags is None:
+            raise UCXError("an endpoint made from a worker address has no tags of its own: pass tag=<int> and force_tag=True")
+        if tag is None:
+            return self._tags[key]
+        return _native.user_tag(self._tags[key], hash(tag))
+
+    def _post_send(self, buffer, tag, spin_us):
+        """Submits a send on the already computed ``tag``: ``None`` if UCX finished it at once,
+        else its future."""
+        ep = self._ep
+        if ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        self._send_count += 1
+        # One native call: raises the peer's failure, or UCXEndpointClosed if closed, first.
+        return ep.tag_send_checked(buffer, tag, spin_us)
+
+    def _post_recv(self, buffer, tag, spin_us):
+        """Submits a receive on the already computed ``tag``: ``None`` if it finished at once,
+        else its future. The caller counts it finished (``_recv_finished``)."""
+        ep = self._ep
+        if ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        self._recv_count += 1
+        # Unless a matching message is already waiting, raises the peer's failure, or
+        # UCXEndpointClosed if closed, first. It progresses for up to ``spin_us`` before it hands
+        # back a future, so a prompt reply needs no trip through the event loop.
+        return ep.tag_recv_checked(buffer, tag, spin_us)
+
+    def _recv_finished(self, n=1):
+        self._finished_recv_count += n
+        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
+            self.abort()
+
+    async def send(self, buffer, tag=None, force_tag=False):
+        """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
+        endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
+        tag = self._tag("msg_send", tag, force_tag)
+        try:
+            fut = self._post_send(buffer, tag, inline_spin_us())
+            if fut is None:
+                return True
+            return await fut
+        except UCXCanceled as e:
+            if self._cancel_is_an_error(e):
+                raise e
+
+    def _cancel_is_an_error(self, e):
+        """Whether a send's ``UCXCanceled`` is the caller's news: when this endpoint was
+        aborted meanwhile (as in UCX-Py) or its peer failed (UCX-Py returned then as if the
+        send had succeeded)."""
+        return self._ep is None or isinstance(e, UCXPeerFailure)
+
+    async def recv(self, buffer, tag=None, force_tag=False):
+        """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
+        message that arrived before the endpoint closed can still be received."""
+        tag = self._tag("msg_recv", tag, force_tag)
+        fut = self._post_recv(buffer, tag, inline_spin_us())
+        try:
+            ret = True if fut is None else await fut
+        except asyncio.CancelledError:
+            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The message arrived, but the caller's cancel reached the task first: it is
+                # lost to them. Closed as when UCX could not withdraw the receive, so the next
+                # receive fails clearly instead of silently getting the message after.
+                ep = self._ep
+                if ep is not None:
+                    ep.close_for_lost_message()
+            raise
+        self._recv_finished()
+        return ret
+
+    async def send_multi(self, buffers, tag=None, force_tag=False):
+        """Sends several frames as one message, in UCXX's multi-buffer framing (so a UCXX
+        ``recv_multi`` receives them too): headers of up to 100 frames each, then the frames,
+        all posted at once (no task per frame) and awaited together."""
+        _, sent = self.post_multi(buffers, tag, force_tag)
+        if sent is not None:
+            await sent
+
+    def post_multi(self, buffers, tag=None, force_tag=False):
+        """``send_multi`` without the coroutine: posts everything before it returns. Returns
+        the frames' total size and a future of the sends (``None``: all finished at once), so
+        a caller that must not wait for the peer (Dask's comm) need not make a task."""
+        arrays = [Array(b) for b in buffers]
+        headers = MultiHeader.pack_all([(a.cuda, a.nbytes) for a in arrays])
+        tag = self._tag("msg_send", tag, force_tag)
+        sent = post_all(self._post_send(b, tag, 0) for b in (*headers, *buffers))
+        return sum(a.nbytes for a in arrays), sent
+
+    async def recv_multi(self, tag=None, force_tag=False, allocator=bytearray, device_allocator=None, max_size=None):
+        """Receives the frames of one ``send_multi`` (ours or UCXX's): host frames into
+        ``allocator(nbytes)``, CUDA frames into ``device_allocator(nbytes)`` (default: an RMM
+        ``DeviceBuffer``, or a CuPy array). Every frame's receive is posted as soon as the
+        headers are in. A message larger than ``max_size`` bytes (default
+        ``default_max_message_size()``) is refused before anything is allocated."""
+        header = bytearray(MultiHeader.SIZE)
+        await self.recv(header, tag=tag, force_tag=force_tag)
+        # From here on the message is partly received: the rest must not be left for the
+        # next receive to read as a message of its own.
+        async with self._whole_message():
+            layout, nbytes = [], 0
+            while True:
+                more, frames = MultiHeader.unpack(header)
+                layout += frames
+                nbytes += sum(n for _, n in frames)
+                # Checked per header: a peer announcing headers without end is refused as soon
+                # as its total passes a limit, not once it has filled our memory with entries.
+                framing.check_message_size(self, "recv_multi", nbytes, max_size)
+                if len(layout) > framing.MAX_FRAMES:
+                    framing.refuse(self, f"recv_multi: the peer announced more than {framing.MAX_FRAMES} frames")
+                if not more:
+                    break
+                header = bytearray(MultiHeader.SIZE)
+                await self.recv(header, tag=tag, force_tag=force_tag)
+            if any(cuda for cuda, _ in layout) and device_allocator is None:
+                device_allocator = framing.device_buffer
+            frames = [device_allocator(n) if cuda else allocator(n) for cuda, n in layout]
+            tag = self._tag("msg_recv", tag, force_tag)
+            await gather_posted(self._post_recv(b, tag, 0) for b in frames)
+        self._recv_finished(len(frames))
+        return frames
+
+    async def am_send(self, buffer):
+        """Sends ``buffer`` as an active message (received with ``am_recv``)."""
+        if self._ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        self._ep.raise_on_error()
+        if self.closed():
+            raise UCXEndpointClosed("Endpoint closed")
+        self._send_count += 1
+        fut = self._ep.am_send(buffer)
+        return True if fut is None else await fut
+
+    async def am_recv(self):
+        """The next active message from the peer, in an object from the registered allocator
+        (``bytearray`` by default for host memory)."""
+        if self._ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        if not self._ep.am_probe():
+            self._ep.raise_on_error()
+            if self.closed():
+                raise UCXEndpointClosed("Endpoint closed")
+        self._recv_count += 1
+        fut = self._ep.am_recv()
+        try:
+            ret = await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None and self._ep is not None:
+                # The message arrived, but the caller's cancel reached the task first: put it
+                # back for the next am_recv.
+                self._ep.am_requeue(fut.result())
+            raise
+        self._finished_recv_count += 1
+        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
+            self.abort()
+        return ret
+
+    async def send_obj(self, obj, tag=None):
+        """Sends ``obj`` preceded by its size (8 bytes)."""
+        if not isinstance(obj, (bytes, bytearray, memoryview)) and not hasattr(obj, "__cuda_array_interface__"):
+            obj = memoryview(obj)
+        nbytes = framing.encode_obj_len(Array(obj).nbytes)
+        # Both posted before the first wait: a cancel between them would leave the peer a size
+        # without its object. (UCX finishes a posted send whatever the caller does.)
+        tag = self._tag("msg_send", tag, False)
+        try:
+            await gather_posted(self._post_send(b, tag, 0) for b in (nbytes, obj))
+        except UCXCanceled as e:
+            if self._cancel_is_an_error(e):
+                raise e
+
+    async def recv_obj(self, tag=None, allocator=bytearray, max_size=None):
+        """Receives an object sent with ``send_obj`` into ``allocator(size)``; a size above
+        ``max_size`` (default ``default_max_message_size()``) is refused before allocating."""
+        prefix = bytearray(framing.OBJ_LEN_SIZE)
+        await self.recv(prefix, tag=tag)
+        async with self._whole_message():
+            nbytes = framing.decode_obj_len(prefix)
+            framing.check_message_size(self, "recv_obj", nbytes, max_size)
+            obj = allocator(nbytes)
+            await self.recv(obj, tag=tag)
+        return obj
+
+    @contextlib.asynccontextmanager
+    async def _whole_message(self):
+        """Around the receives that finish a message whose first part was received: if the
+        caller cancels them, the rest of the message would be read as the next one, so the
+        endpoint is closed (the next receive says why) instead."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            ep = self._ep
+            if ep is not None:
+                ep.close_for_lost_message()
+            raise
+
+    def close_after_n_recv(self, n, count_from_ep_creation=False):
+        """Closes the endpoint once ``n`` more receives (or ``n`` since creation) finished."""
+        if not count_from_ep_creation:
+            n += self._finished_recv_count
+        if self._close_after_n_recv is not None:
+            raise UCXError("close_after_n_recv has already been set to: %d (abs)" % self._close_after_n_recv)
+        if n == self._finished_recv_count:
+            self.abort()
+        elif n > self._finished_recv_count:
+            self._close_after_n_recv = n
+        else:
+            raise UCXError(
+                "`n` cannot be less than current recv_count: %d (abs) < %d (abs)" % (n, self._finished_recv_count)
+            )
+
+    def set_close_callback(self, callback_func):
+        """Runs ``callback_func()`` once, when the endpoint closes or its peer fails."""
+        self._ep.set_close_callback(callback_func)
+
+    async def flush(self):
+        return await wait(self._ep.flush())
+
+    def cuda_support(self):
+        return self._ctx.context.cuda_support
+
+    def get_ucp_worker(self):
+        return self._ctx.worker.handle
+
+    def get_ucp_endpoint(self):
+        return self._ep.handle
+
+    def ucx_info(self):
+        return self._ep.info()
+
+    @property
+    def local_address(self):
+        """``(host, port)`` of this side of a client-server endpoint, when known."""
+        return self._ep.socket_addrs()[0]
+
+    @property
+    def peer_address(self):
+        """``(host, port)`` of the peer of a client-server endpoint, when known."""
+        return self._ep.socket_addrs()[1]

@@ -1,0 +1,69 @@
+"""The peer-info handshake that follows a client-server connection (``ucp-compat.md`` §2): each
+side's tags, swapped over the stream API, listener first. A listener speaks UCX-Py's 24-byte
+form or UCXX's 16-byte one; a client reads 16 bytes, tells which it got, and answers in kind.
+The bytes and checksums are ucx-core's (``wire::handshake``, through the extension); this is
+the flow."""
+import os
+
+from . import _ucx_async as _native
+from .pending import wait
+from .utils import hash64bits
+
+__all__ = ["WIRE_PROTOCOLS", "exchange_peer_info"]
+
+WIRE_PROTOCOLS = ("ucx-py", "ucxx")
+
+
+def default_wire_protocol():
+    """``UCXPY_WIRE_PROTOCOL`` (``"ucx-py"`` when unset)."""
+    value = os.environ.get("UCXPY_WIRE_PROTOCOL", "ucx-py")
+    if value not in WIRE_PROTOCOLS:
+        raise ValueError(f"UCXPY_WIRE_PROTOCOL must be one of {WIRE_PROTOCOLS}, not {value!r}")
+    return value
+
+
+async def exchange_peer_info(endpoint, msg_tag, ctrl_tag, listener, connect_timeout=5.0, wire_protocol=None):
+    """Exchanges tags with the peer and returns its ``{"msg_tag", "ctrl_tag"}`` (``ctrl_tag`` is
+    ``None`` for a UCXX peer). A bad checksum raises ``RuntimeError("Checksum invalid! ...")``
+    as UCX-Py did."""
+    if wire_protocol is None:
+        wire_protocol = "ucx-py"
+    send = lambda b: wait(endpoint.stream_send(b, name="peer info send"), connect_timeout)  # noqa: E731
+    recv = lambda b: wait(endpoint.stream_recv(b, name="peer info recv"), connect_timeout)  # noqa: E731
+    if listener:
+        mine = _native.peer_info_encode(wire_protocol, msg_tag, ctrl_tag)
+        await send(mine)
+        peer = bytearray(len(mine))
+        await recv(peer)
+        return _peer(wire_protocol, peer)
+    head = bytearray(_native.PEER_INFO_DETECT_LEN)
+    await recv(head)
+    protocol = _native.peer_info_detect(bytes(head))
+    peer = head
+    if protocol == "ucx-py":
+        rest = bytearray(_native.PEER_INFO_UCXPY_LEN - len(head))
+        await recv(rest)
+        peer = head + rest
+    await send(_native.peer_info_encode(protocol, msg_tag, ctrl_tag))
+    return _peer(protocol, peer)
+
+
+def _peer(protocol, peer):
+    msg_tag, ctrl_tag = _native.peer_info_decode(protocol, bytes(peer))
+    return {"msg_tag": msg_tag, "ctrl_tag": ctrl_tag}
+
+
+def new_tags(ep_handle):
+    """This side's fresh ``(msg_tag, ctrl_tag)`` for an endpoint (UCX-Py's derivation)."""
+    seed = os.urandom(16)
+    return hash64bits("msg_tag", seed, ep_handle), hash64bits("ctrl_tag", seed, ep_handle)
+
+
+def tag_map(msg_tag, ctrl_tag, peer_info):
+    """The endpoint's four tags: what it sends and receives on, for messages and control."""
+    return {
+        "msg_send": peer_info["msg_tag"],
+        "msg_recv": msg_tag,
+        "ctrl_send": peer_info["ctrl_tag"],
+        "ctrl_recv": ctrl_tag if peer_info["ctrl_tag"] is not None else None,
+    }

@@ -1,0 +1,50 @@
+"""What a native transfer gives back, and waiting on it: ``None`` when UCX finished the
+operation inline (nothing to wait for), else an asyncio future of the running loop. This
+module is that convention's one home; ``ucp.comm`` and ``ucp.core`` build on it."""
+import asyncio
+
+from .utils import get_event_loop
+
+__all__ = ["wait", "as_future", "post_all", "gather_posted"]
+
+
+async def wait(pending, timeout=None):
+    """The operation's result: ``True`` if it finished inline, else what its future gives
+    (within ``timeout`` seconds, if given)."""
+    if pending is None:
+        return True
+    if timeout is None:
+        return await pending
+    return await asyncio.wait_for(pending, timeout=timeout)
+
+
+def as_future(pending, event_loop=None):
+    """A future in every case: ``pending`` itself, or one already resolved with ``True``."""
+    if pending is not None:
+        return pending
+    done = (event_loop or get_event_loop()).create_future()
+    done.set_result(True)
+    return done
+
+
+def post_all(posts):
+    """Posts operations one by one (each gives its future, or ``None`` if finished at once);
+    returns one future of them all, or ``None``. If posting one fails, those already posted
+    are left to finish, their outcome consumed."""
+    pending = []
+    try:
+        for fut in posts:
+            if fut is not None:
+                pending.append(fut)
+    except BaseException:
+        for fut in pending:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise
+    return asyncio.gather(*pending) if pending else None
+
+
+async def gather_posted(posts):
+    """Posts operations as ``post_all`` does and waits for them."""
+    done = post_all(posts)
+    if done is not None:
+        await done
