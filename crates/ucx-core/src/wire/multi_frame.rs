@@ -109,6 +109,6 @@ mod tests {
         assert!(decode(&h[..LEN - 1]).is_err());
         h[1] = 0;
         h[0] = 7; // any non-zero byte means "more"
-        assert_eq!(decode(&h).unwrap().0, true);
+        assert!(decode(&h).unwrap().0);
     }
 }
