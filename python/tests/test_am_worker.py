@@ -61,7 +61,9 @@ def test_pending_am_recv_is_canceled_when_peer_closes(progress_mode):
     async def main():
         lf, client, server = await pair()
         pending = asyncio.ensure_future(client.am_recv())
-        await asyncio.sleep(0.01)
+        # A wait on the state: `am_recv` counts the receive, then registers it at once.
+        while client._recv_count == 0:
+            await asyncio.sleep(0)
         await server.close()
         with pytest.raises(ucp.exceptions.UCXCanceled, match="am_recv"):
             await pending

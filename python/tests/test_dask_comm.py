@@ -14,7 +14,7 @@ distributed = pytest.importorskip("distributed")
 from distributed.comm import CommClosedError, connect, listen  # noqa: E402
 from distributed.comm.registry import get_backend  # noqa: E402
 
-from conftest import run  # noqa: E402
+from conftest import posted, run  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -226,8 +226,7 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
             comm = await connect(listener.contact_address)
             while not server_comms:
                 await asyncio.sleep(0.01)
-            pending = asyncio.ensure_future(server_comms[0].read())
-            await asyncio.sleep(0.05)
+            pending = await posted(server_comms[0].read())
             t0 = time.monotonic()
             await comm.close()
             with pytest.raises(CommClosedError):
@@ -237,8 +236,7 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
             comm2 = await connect(listener.contact_address)
             while len(server_comms) < 2:
                 await asyncio.sleep(0.01)
-            pending = asyncio.ensure_future(comm2.read())
-            await asyncio.sleep(0.05)
+            pending = await posted(comm2.read())
             server_comms[1].abort()
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(pending, 5)

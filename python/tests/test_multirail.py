@@ -129,6 +129,8 @@ def test_a_failed_rail_fails_the_message_on_both_sides(progress_mode):
         got = bytearray(len(data))
 
         async def fail():
+            # Mid-message by timing (64 MiB over TCP takes ~50 ms here): a message that beat
+            # the abort would fail the assertions below loudly, never pass untested.
             await asyncio.sleep(0.02)
             b.rails[1].abort()
 

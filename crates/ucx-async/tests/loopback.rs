@@ -71,7 +71,8 @@ async fn echo_adaptive_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_from_another_thread_wake_a_sleeping_reactor() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
-    // Let the server's reactor go to sleep, then submit from a plain OS thread's runtime.
+    // Let the server's reactor go to sleep (it does once idle; not observable from here, so
+    // this is a wait in time, the one such here), then submit from a plain OS thread's runtime.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let c = client.clone();
     let t = std::thread::spawn(move || {
@@ -103,14 +104,14 @@ async fn ucxx_listener_is_detected_by_the_client() {
 async fn peer_close_fails_pending_receives_promptly() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     let c = client.clone();
-    let pending = tokio::spawn(async move {
+    let pending = posted(async move {
         let mut buf = [0u8; 8];
         c.recv(&mut buf).await
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+    .await;
     let t0 = Instant::now();
     server.close().await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt");
     let e = r.unwrap_err();
     assert!(matches!(e, ucx_async::Error::ClosedByPeer { .. }), "{e:?}");
     assert_eq!(e.status(), Status::Canceled, "{e}");
@@ -145,13 +146,13 @@ async fn peer_failure_fails_pending_receives_and_spares_other_endpoints() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     let (other_server, other_client, _l2) = pair(ProgressMode::Event).await;
     let c = client.clone();
-    let pending = tokio::spawn(async move {
+    let pending = posted(async move {
         let mut buf = [0u8; 8];
         c.recv(&mut buf).await
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+    .await;
     server.abort(); // no control message: the client learns through UCX's error handling
-    let e = tokio::time::timeout(Duration::from_secs(10), pending).await.expect("prompt").unwrap().unwrap_err();
+    let e = tokio::time::timeout(Duration::from_secs(10), pending).await.expect("prompt").unwrap_err();
     assert!(matches!(e, ucx_async::Error::PeerFailed { .. }), "{e:?}");
     assert!(matches!(e.status(), Status::ConnectionReset | Status::EndpointTimeout), "{e}");
     other_client.send(b"still fine").await.unwrap();
@@ -365,10 +366,9 @@ async fn active_messages_per_endpoint_with_allocators() {
     assert!(allocated.load(Ordering::SeqCst) >= 2, "rendezvous messages used the registered allocator");
     // A pending am_recv fails once the peer closes.
     let s = s1.clone();
-    let pending = tokio::spawn(async move { s.am_recv().await.map(|_| ()) });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pending = posted(async move { s.am_recv().await.map(|_| ()) }).await;
     c1.close().await.unwrap();
-    let e = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap().unwrap_err();
+    let e = tokio::time::timeout(Duration::from_secs(5), pending).await.expect("prompt").unwrap_err();
     assert!(e.to_string().contains("am_recv"), "{e}");
 }
 
@@ -516,4 +516,14 @@ async fn abort_fails_an_owned_receive_matched_to_an_unfinished_message() {
     peer.join().unwrap();
     let e = r.expect("the receive fails, not waits").unwrap().unwrap_err();
     assert!(matches!(e, ucx_async::Error::Closed { .. }), "{e}");
+}
+
+/// Polls `fut` once, so that the operation it starts is posted in UCX (ucx-async posts on
+/// the first poll), checks that it is still pending, and hands it back to be awaited: a wait
+/// on that state instead of a sleep that a slow machine could outlast.
+async fn posted<T>(fut: impl std::future::Future<Output = T>) -> std::pin::Pin<Box<impl std::future::Future<Output = T>>> {
+    let mut fut = Box::pin(fut);
+    let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await;
+    assert!(pending, "the operation finished at once; the test needs it pending");
+    fut
 }

@@ -6,7 +6,7 @@
 //! device (...)" and passes; it never reports a transfer it did not make. cust links `libcuda`
 //! directly, so linking this binary needs a `libcuda.so` (the driver's, or the toolkit's
 //! `lib64/stubs`) and running it needs the driver's `libcuda.so.1`; without a driver it cannot
-//! start at all. `ci-support/cuda-check.sh` type-checks and lints it with no CUDA.
+//! start at all. `scripts/ci/cuda-check.sh` type-checks and lints it with no CUDA.
 #![cfg(feature = "cuda")]
 mod common;
 

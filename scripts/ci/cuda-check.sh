@@ -6,15 +6,15 @@
 # `<dir>/lib64` exists, looked for in $CUDA_LIBRARY_PATH, /opt/cuda and /usr/local/cuda*. They
 # only print link-search paths and `-lcuda`; the FFI bindings ship pre-generated. Linking needs
 # a real libcuda, but `cargo check` and `cargo clippy` (tests and examples included) never link,
-# so an empty ci-support/cuda-stub/lib64 satisfies them. Nothing binary is involved.
+# so an empty scripts/ci/cuda-stub/lib64 satisfies them. Nothing binary is involved.
 #
 # The stub is appended to any CUDA_LIBRARY_PATH already set, and an empty directory on the link
 # search path changes nothing where a real CUDA exists. Run from anywhere; safe to re-run.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 
-STUB="$ROOT/ci-support/cuda-stub"
+STUB="$ROOT/scripts/ci/cuda-stub"
 mkdir -p "$STUB/lib64"
 export CUDA_LIBRARY_PATH="${CUDA_LIBRARY_PATH:+$CUDA_LIBRARY_PATH:}$STUB"
 
