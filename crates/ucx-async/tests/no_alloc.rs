@@ -1,27 +1,13 @@
 //! No heap allocation per operation on the hot path when UCX completes it inline: a send that
 //! completes inside `ucp_tag_send_nbx` and a receive of a message that already arrived, both
 //! awaited through ucx-async's futures, counted with a global allocator. One test per binary.
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+#[path = "../../ucx-core/tests/common/counting_alloc.rs"]
+mod counting_alloc;
+
+use counting_alloc::{allocations, Counting};
 use ucx_async::core::Context;
 use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
-
-struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -45,16 +31,16 @@ async fn inline_completions_allocate_nothing() {
     let mut measured = 0;
     let mut allocated = 0;
     for _ in 0..1000 {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         client.send(&msg).await.unwrap();
-        let sent = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let sent = allocations() - before;
         // Let the message arrive first, so the receive completes inline.
         while ws.core().tag_probe(tag, u64::MAX).is_none() {
             tokio::task::yield_now().await;
         }
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         assert_eq!(server.recv(&mut buf).await.unwrap(), 8);
-        allocated += sent + ALLOCATIONS.load(Ordering::Relaxed) - before;
+        allocated += sent + allocations() - before;
         measured += 1;
     }
     assert_eq!(measured, 1000);

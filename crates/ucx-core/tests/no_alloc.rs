@@ -4,28 +4,13 @@
 //! One test per binary, so the counter sees only this test's thread... and the test harness:
 //! the count is taken only around the measured loop.
 mod common;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
+use counting_alloc::{allocations, Counting};
 use ucx_core::*;
-
-struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -44,7 +29,7 @@ fn inline_sends_and_receives_allocate_nothing() {
         wait_on(&[&p.server, &p.client], r);
     }
     let mut inline = 0;
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..1000 {
         let send = p.client_ep.tag_send(&msg, 3).unwrap();
         let send_inline = matches!(send, Submitted::Done(_));
@@ -61,7 +46,7 @@ fn inline_sends_and_receives_allocate_nothing() {
         }
         drop(recv);
     }
-    let allocated = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocated = allocations() - before;
     assert!(inline > 900, "only {inline} of 1000 send+receive pairs completed inline");
     assert_eq!(allocated, 0, "{allocated} heap allocations in 1000 inline send+receive pairs");
 }
