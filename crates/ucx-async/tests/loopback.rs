@@ -521,7 +521,9 @@ async fn abort_fails_an_owned_receive_matched_to_an_unfinished_message() {
 /// Polls `fut` once, so that the operation it starts is posted in UCX (ucx-async posts on
 /// the first poll), checks that it is still pending, and hands it back to be awaited: a wait
 /// on that state instead of a sleep that a slow machine could outlast.
-async fn posted<T>(fut: impl std::future::Future<Output = T>) -> std::pin::Pin<Box<impl std::future::Future<Output = T>>> {
+async fn posted<T>(
+    fut: impl std::future::Future<Output = T>,
+) -> std::pin::Pin<Box<impl std::future::Future<Output = T>>> {
     let mut fut = Box::pin(fut);
     let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await;
     assert!(pending, "the operation finished at once; the test needs it pending");

@@ -7,7 +7,6 @@ mod common;
 #[path = "common/counting_alloc.rs"]
 mod counting_alloc;
 
-
 use common::*;
 use counting_alloc::{allocations, Counting};
 use ucx_core::*;
