@@ -5,6 +5,7 @@ cancelled midway aborts the group. The protocol is ucx-async's (bytes from ucx-c
 peer process checks a Python group's bytes in ``test_python_group_talks_to_rust``."""
 import asyncio
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -204,3 +205,39 @@ def test_python_group_talks_to_rust(fresh_ucp):
         if peer.poll() is None:
             peer.kill()
             peer.wait()
+
+
+def test_rails_on_contexts_of_their_own_use_the_devices_asked_for(progress_mode):
+    """Given ``devices``, each rail (both sides) gets a UCX context and worker of its own with
+    that ``NET_DEVICES``; the group still moves every byte. (Here every rail's device is
+    ``lo``: the one this machine can use.)"""
+
+    async def main():
+        listener = RailListener(2, devices=["lo", "lo"])
+        ports = [("127.0.0.1", p) for p in listener.ports]
+        a, b = await asyncio.gather(RailGroup.connect(ports, devices=["lo", "lo"]), asyncio.wait_for(listener.accept(), 10))
+        for group in (a, b):
+            contexts = [ep._ctx for ep in group.rails]
+            assert contexts[0] is not contexts[1], "a context per rail"
+            assert all(ctx is not ucp.core._ctx for ctx in contexts), "not ucp's own context"
+            assert all(ctx.get_config()["NET_DEVICES"] == "lo" for ctx in contexts)
+        await transfer(a, b, pattern(3 << 20, 9), ratio=0.5, stages=2)
+        with pytest.raises(ValueError, match="3 device settings for 2 rails"):
+            await RailGroup.connect(ports, devices=["lo"] * 3)
+        for group in (a, b):
+            await group.close()
+        listener.close()
+
+    run(main(), timeout=60)
+
+
+def test_rail_devices_give_each_rail_a_nic_nearest_the_gpu_first():
+    from ucp.multirail import rail_devices
+
+    dgx = pathlib.Path(__file__).resolve().parents[2] / "crates/ucx-topology/tests/data/dgx.xml"
+    try:
+        got = rail_devices(5, pci="0000:03:00.0", xml=str(dgx))
+    except OSError as e:
+        pytest.skip(f"XML topologies need libhwloc: {e}")
+    # GPU 0's switch NIC first, then the others by name; the fifth rail reuses the first NIC.
+    assert got == ["mlx5_0:1,ib0", "mlx5_1:1,ib1", "mlx5_2:2,ib2", "mlx5_3:1,ib3", "mlx5_0:1,ib0"]

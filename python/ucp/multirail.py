@@ -6,9 +6,10 @@ place in the caller's buffer. ``RailGroup.connect`` dials a ``RailListener``, wh
 each say which group and rail they are. The bytes, the tags and the arithmetic that cuts a
 message come from ucx-core through the extension: the protocol of ucx-async's ``RailGroup``.
 
-``ucp`` has one UCX context per process, so every rail here uses the same devices
-(``UCX_NET_DEVICES`` applies to all): Python rails add connections, not NICs. Rails on their
-own devices need a context per rail, which the Rust API (``ucx_async::RailGroup``) has.
+By default every rail lives on ``ucp``'s one context, so all use the same devices: rails then
+add connections, not NICs. Given ``devices`` (one ``UCX_NET_DEVICES`` value per rail, or
+``rail_devices(...)``'s choice from the topology), each rail gets a UCX context and worker of
+its own (an ``ApplicationContext``) on those devices, as ucx-async's rails do.
 
 A failure on any rail, a message too big for the buffer, or a transfer cancelled midway
 aborts every rail: the message's other chunks would otherwise be read as the next message.
@@ -20,9 +21,10 @@ from functools import partial
 
 from . import _ucx_async as _native
 from ._libs.exceptions import UCXBaseException, UCXError
+from .application import ApplicationContext
 from .core import create_endpoint, create_listener
 
-__all__ = ["RailGroup", "RailListener"]
+__all__ = ["RailGroup", "RailListener", "rail_devices"]
 
 logger = logging.getLogger("ucx")
 
@@ -53,6 +55,26 @@ def _on_rail(rail, e):
         return e
 
 
+def rail_devices(rails, cuda=None, pci=None, cpus=None, xml=None):
+    """One ``UCX_NET_DEVICES`` value per rail: a NIC each, nearest the CUDA device ``cuda`` (or
+    PCI device ``pci``, or CPU set ``cpus``) first, NICs reused in order when there are fewer
+    than ``rails`` (ucx-topology's ``Topology::rail_devices``). ``xml``: an hwloc XML topology
+    instead of this machine's (default ``UCXPY_TOPOLOGY_XML``)."""
+    from ._libs.topological_distance import load_topology
+
+    return load_topology(xml).rail_devices(rails, pci=pci, cuda=cuda, cpus=cpus)
+
+
+def _rail_contexts(n, devices):
+    """``None`` for each rail on ucp's context, else one ``ApplicationContext`` per rail on its
+    devices."""
+    if devices is None:
+        return [None] * n
+    if len(devices) != n:
+        raise ValueError(f"{len(devices)} device settings for {n} rails")
+    return [ApplicationContext({"NET_DEVICES": d}) for d in devices]
+
+
 class RailGroup:
     """Several ``ucp`` endpoints to one peer used as one connection. The n-th ``recv`` gets
     the peer's n-th ``send``."""
@@ -69,17 +91,20 @@ class RailGroup:
         self._broken = False
 
     @classmethod
-    async def connect(cls, addresses):
+    async def connect(cls, addresses, devices=None):
         """Connects rail ``i`` to ``addresses[i]`` (``(host, port)``, a ``RailListener``'s
-        ports), all at once, and introduces each rail."""
+        ports), all at once, and introduces each rail. ``devices``: one ``UCX_NET_DEVICES``
+        value per rail, each rail then on a UCX context of its own (see the module doc)."""
         n = len(addresses)
         if not 1 <= n <= 64:
             raise ValueError(f"{n} rails: a group has 1 to 64")
+        contexts = _rail_contexts(n, devices)
         group = int.from_bytes(os.urandom(8), "little")
 
         async def rail(i, host, port):
             try:
-                ep = await create_endpoint(host, port)
+                ctx = contexts[i]
+                ep = await (ctx.create_endpoint(host, port) if ctx is not None else create_endpoint(host, port))
                 await ep.send(_native.multirail_hello(group, i, n))
                 return ep
             except UCXBaseException as e:
@@ -184,15 +209,19 @@ class RailGroup:
 class RailListener:
     """A listener per rail; ``accept()`` returns the next group whose every rail has
     connected and said which group and rail it is. A connection that names another rail
-    than its listener's, or no group within 5 s, is dropped and logged."""
+    than its listener's, or no group within 5 s, is dropped and logged. ``devices``: one
+    ``UCX_NET_DEVICES`` value per rail, each rail's listener on a UCX context of its own."""
 
-    def __init__(self, rails, ip=None):
+    def __init__(self, rails, ip=None, devices=None):
         if not 1 <= rails <= 64:
             raise ValueError(f"{rails} rails: a group has 1 to 64")
         self._n = rails
         self._pending = {}
         self._ready = asyncio.Queue()
-        self._listeners = [create_listener(partial(self._on_connect, i), ip=ip) for i in range(rails)]
+        listen = [
+            (ctx.create_listener if ctx is not None else create_listener) for ctx in _rail_contexts(rails, devices)
+        ]
+        self._listeners = [listen[i](partial(self._on_connect, i), ip=ip) for i in range(rails)]
 
     @property
     def ports(self):

@@ -92,6 +92,20 @@ impl Topology {
         Ok(self.inner.net_devices(&origin(pci, cuda, cpus)?).map_err(to_py)?.to_string())
     }
 
+    /// One `UCX_NET_DEVICES` value per rail of a multi-rail group: a NIC each, nearest the
+    /// origin first, reused in order when there are fewer NICs than rails.
+    #[pyo3(signature = (rails, *, pci=None, cuda=None, cpus=None))]
+    fn rail_devices(
+        &self,
+        rails: usize,
+        pci: Option<&str>,
+        cuda: Option<u32>,
+        cpus: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let list = self.inner.rail_devices(&origin(pci, cuda, cpus)?, rails).map_err(to_py)?;
+        Ok(list.iter().map(ToString::to_string).collect())
+    }
+
     /// The PCI bus id of CUDA device `index` as this process sees it.
     fn cuda_bus_id(&self, index: u32) -> PyResult<String> {
         Ok(self.inner.cuda_bus_id(index).map_err(to_py)?.to_string())

@@ -33,47 +33,82 @@ impl Topology {
     ///
     /// [`Error::NoNetDevices`] when there is neither.
     pub fn net_devices(&self, origin: &Origin) -> Result<NetDevices, Error> {
+        let nics = self.nics(origin)?;
+        let distance = nics[0].distance;
+        let nearest: Vec<&Nic> = nics.iter().take_while(|n| n.distance == distance).collect();
+        // The devices first, then their interfaces (UCX's order of preference).
+        let mut devices: Vec<String> = nearest.iter().flat_map(|n| n.ports.iter().cloned()).collect();
+        let mut nets: Vec<String> = nearest.iter().flat_map(|n| n.interfaces.iter().cloned()).collect();
+        nets.sort_by(|a, b| crate::model::natural_cmp(a, b));
+        nets.dedup();
+        devices.extend(nets);
+        Ok(NetDevices { devices, distance })
+    }
+
+    /// One `UCX_NET_DEVICES` value per rail of a multi-rail group of `rails` rails from
+    /// `origin`: one NIC each (its ports and interfaces, as [`Topology::net_devices`] spells
+    /// them), nearest first, ties in name order. With fewer NICs than rails the NICs are used
+    /// again in the same order: a rail per NIC is what pays; more rails only share them.
+    pub fn rail_devices(&self, origin: &Origin, rails: usize) -> Result<Vec<NetDevices>, Error> {
+        let nics = self.nics(origin)?;
+        Ok((0..rails)
+            .map(|i| {
+                let n = &nics[i % nics.len()];
+                NetDevices { devices: n.ports.iter().chain(&n.interfaces).cloned().collect(), distance: n.distance }
+            })
+            .collect())
+    }
+
+    /// The usable NICs, nearest `origin` first (ties in name order): the InfiniBand/RoCE
+    /// devices with a usable port if there are any, else the network interfaces; never empty.
+    fn nics(&self, origin: &Origin) -> Result<Vec<Nic>, Error> {
         let start = self.start(origin)?;
         let model = self.model();
         let usable = |d: &crate::model::OsDev| d.active_ports.as_ref().map_or(true, |p| !p.is_empty());
-        let nearest = |kind: Kind| {
+        let by_distance = |kind: Kind| {
             let mut devs: Vec<(u32, &crate::model::OsDev)> = model
                 .osdevs
                 .iter()
                 .filter(|d| d.kind == kind && usable(d))
                 .map(|d| (model.distance(&start, d.pci), d))
                 .collect();
-            let min = devs.iter().map(|(d, _)| *d).min();
-            devs.retain(|(d, _)| Some(*d) == min);
-            devs.sort_by(|a, b| crate::model::natural_cmp(&a.1.name, &b.1.name));
-            (min, devs)
+            devs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| crate::model::natural_cmp(&a.1.name, &b.1.name)));
+            devs
         };
-        let (min, ib) = nearest(Kind::OpenFabrics);
-        if let Some(distance) = min {
-            let mut devices = Vec::new();
-            for (_, d) in &ib {
-                let ports = d.active_ports.clone().unwrap_or_else(|| vec![1]);
-                devices.extend(ports.iter().map(|p| format!("{}:{p}", d.name)));
-            }
-            let mut nets: Vec<&str> = model
-                .osdevs
-                .iter()
-                .filter(|n| n.kind == Kind::Network && ib.iter().any(|(_, d)| d.pci == n.pci))
-                .map(|n| n.name.as_str())
-                .collect();
-            nets.sort_by(|a, b| crate::model::natural_cmp(a, b));
-            nets.dedup();
-            devices.extend(nets.into_iter().map(str::to_owned));
-            return Ok(NetDevices { devices, distance });
+        let ib = by_distance(Kind::OpenFabrics);
+        let nics: Vec<Nic> = if !ib.is_empty() {
+            ib.into_iter()
+                .map(|(distance, d)| {
+                    let ports = d.active_ports.clone().unwrap_or_else(|| vec![1]);
+                    let mut interfaces: Vec<String> = model
+                        .osdevs
+                        .iter()
+                        .filter(|n| n.kind == Kind::Network && n.pci == d.pci)
+                        .map(|n| n.name.clone())
+                        .collect();
+                    interfaces.sort_by(|a, b| crate::model::natural_cmp(a, b));
+                    Nic { distance, ports: ports.iter().map(|p| format!("{}:{p}", d.name)).collect(), interfaces }
+                })
+                .collect()
+        } else {
+            by_distance(Kind::Network)
+                .into_iter()
+                .map(|(distance, d)| Nic { distance, ports: Vec::new(), interfaces: vec![d.name.clone()] })
+                .collect()
+        };
+        if nics.is_empty() {
+            return Err(Error::NoNetDevices { from: origin.to_string() });
         }
-        let (min, nets) = nearest(Kind::Network);
-        match min {
-            Some(distance) => {
-                Ok(NetDevices { devices: nets.into_iter().map(|(_, d)| d.name.clone()).collect(), distance })
-            }
-            None => Err(Error::NoNetDevices { from: origin.to_string() }),
-        }
+        Ok(nics)
     }
+}
+
+/// One NIC as UCX names it: an InfiniBand/RoCE device's ports (`mlx5_0:1`) and the network
+/// interfaces of the same PCI device (`ib0`), or a plain interface (`eth0`).
+struct Nic {
+    distance: u32,
+    ports: Vec<String>,
+    interfaces: Vec<String>,
 }
 
 #[cfg(test)]
@@ -121,6 +156,16 @@ mod tests {
         m.osdevs.iter_mut().filter(|d| d.name == "mlx5_0").for_each(|d| d.active_ports = None);
         let t = Topology::from_model_for_tests(m, Source::Xml);
         assert_eq!(t.net_devices(&gpu0).unwrap().to_string(), "mlx5_0:1,ib0");
+    }
+
+    #[test]
+    fn each_rail_gets_its_own_nic_nearest_first_and_they_are_reused_past_the_count() {
+        let t = topo();
+        let gpu0 = Origin::Pci("03:00.0".parse().unwrap());
+        let rails: Vec<String> = t.rail_devices(&gpu0, 3).unwrap().iter().map(|d| d.to_string()).collect();
+        assert_eq!(rails, ["mlx5_0:1,ib0", "mlx5_1:1,ib1", "mlx5_0:1,ib0"]);
+        assert_eq!(t.rail_devices(&gpu0, 1).unwrap()[0], t.net_devices(&gpu0).unwrap());
+        assert!(t.rail_devices(&gpu0, 0).unwrap().is_empty());
     }
 
     #[test]

@@ -189,3 +189,13 @@ fn cpu_distances_match_hwloc_calc_localities() {
         }
     }
 }
+
+#[test]
+fn four_rails_from_a_gpu_take_its_switch_nic_first_then_the_others() {
+    let Some(t) = dgx() else { return };
+    let rails: Vec<String> = t.rail_devices(&pci(GPUS[0]), 4).unwrap().iter().map(|d| d.to_string()).collect();
+    // mlx5_2's port 1 is down in the XML: its rail uses port 2.
+    assert_eq!(rails, ["mlx5_0:1,ib0", "mlx5_1:1,ib1", "mlx5_2:2,ib2", "mlx5_3:1,ib3"]);
+    let from_gpu7: Vec<String> = t.rail_devices(&pci(GPUS[7]), 2).unwrap().iter().map(|d| d.to_string()).collect();
+    assert_eq!(from_gpu7[0], "mlx5_3:1,ib3");
+}
