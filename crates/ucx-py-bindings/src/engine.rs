@@ -227,11 +227,10 @@ impl Engine {
     }
 
     /// Progresses the worker (call it with the GIL released) until `done()` or `spin_us`
-    /// have passed: [`ucx_core::Worker::spin_until`], the one spin loop.
-    pub(crate) fn spin_until(&self, spin_us: u64, done: impl FnMut() -> bool) {
-        // The drivers progress and arm again after every spin, so a spin that left the
-        // worker unarmed needs nothing more here.
-        self.worker.spin_until(Duration::from_micros(spin_us), done);
+    /// have passed: [`ucx_core::Worker::spin_until`], the one spin loop. The result says
+    /// whether the spin left the worker unarmed; the caller then asks for a driver pass.
+    pub(crate) fn spin_until(&self, spin_us: u64, done: impl FnMut() -> bool) -> ucx_core::Spin {
+        self.worker.spin_until(Duration::from_micros(spin_us), done)
     }
 
     /// Progresses the worker one batch (until idle, at most `PROGRESS_BATCH` rounds, so a

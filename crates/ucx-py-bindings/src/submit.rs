@@ -69,17 +69,22 @@ pub(crate) fn track_spinning<B: Send + 'static>(
 ) -> PyResult<Option<Py<PyAny>>> {
     let (op, spun) = match op.submitted {
         Ok(owned) if spin_us > 0 && !owned.is_complete() => {
-            let owned = py.allow_threads(move || {
-                engine.spin_until(spin_us, || owned.is_complete());
-                owned
+            let (owned, spin) = py.allow_threads(move || {
+                let spin = engine.spin_until(spin_us, || owned.is_complete());
+                (owned, spin)
             });
-            (Submission { submitted: Ok(owned), ..op }, true)
+            (Submission { submitted: Ok(owned), ..op }, Some(spin))
         }
-        submitted => (Submission { submitted, ..op }, false),
+        submitted => (Submission { submitted, ..op }, None),
     };
     let tracked = track(engine, py, op, on_done);
-    if spun {
+    if let Some(spin) = spun {
         engine.drain(py);
+        // The spin armed the worker and UCX answered busy: the blocking driver, asleep on the
+        // fd, would not hear of what is pending, so it gets a pass.
+        if spin.disarmed {
+            engine.needs_progress(py);
+        }
     }
     tracked
 }

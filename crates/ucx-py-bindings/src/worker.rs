@@ -84,6 +84,7 @@ impl Worker {
         }
         if spin_us > 0 && engine.inflight() > 0 {
             py.allow_threads(|| engine.spin_until(spin_us, || engine.has_news()));
+            // Armed or not, the pass goes on to progress and arm below.
             let (delivered, idle) = engine.progress_pass(py);
             if delivered || !idle {
                 return Ok(true);
