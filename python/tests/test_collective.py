@@ -160,3 +160,19 @@ def test_tags_and_bootstrap_bytes_are_ucx_cores():
     assert native.bootstrap_table_decode(native.bootstrap_table([b"a", b""])) == [b"a", b""]
     with pytest.raises(ValueError, match="cut short"):
         native.bootstrap_table_decode(native.bootstrap_table([b"abc"])[:-1])
+
+
+def test_each_rank_gets_the_devices_nearest_its_gpu():
+    """``net_devices="auto"``: a rank's devices are those nearest the GPU of its local rank
+    (on the shipped DGX-like topology: two GPUs per PCIe switch share its NIC)."""
+    from ucp.collective import local_rank, rank_net_devices
+
+    dgx = str(ROOT / "crates/ucx-topology/tests/data/dgx.xml")
+    got = [rank_net_devices({"LOCAL_RANK": str(r)}, xml=dgx) for r in range(8)]
+    if got[0] is None:
+        pytest.skip("XML topologies need libhwloc")
+    assert got == ["mlx5_0:1,ib0"] * 2 + ["mlx5_1:1,ib1"] * 2 + ["mlx5_2:2,ib2"] * 2 + ["mlx5_3:1,ib3"] * 2
+    assert local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "3"}) == 3
+    assert local_rank({}) == 0
+    with pytest.raises(ValueError, match="LOCAL_RANK='x' is not a number"):
+        local_rank({"LOCAL_RANK": "x"})

@@ -17,6 +17,7 @@ automatic rule are ucx-core's (``wire::alltoallv``). Host buffers only.
 """
 import asyncio
 import collections
+import logging
 import os
 import time
 
@@ -24,7 +25,9 @@ from . import _ucx_async as _native
 from . import core
 from ._libs.ucx_api import UCXAddress
 
-__all__ = ["Communicator", "launch_env"]
+__all__ = ["Communicator", "launch_env", "local_rank", "rank_net_devices"]
+
+logger = logging.getLogger("ucx")
 
 # The longest hello rank 0 accepts (a worker address is a few hundred bytes to a few KiB);
 # the same limit as ucx-async's.
@@ -99,20 +102,25 @@ class Communicator:
         return len(self._eps)
 
     @classmethod
-    async def from_env(cls):
+    async def from_env(cls, net_devices=None):
         """Joins the job the launcher's environment describes (``launch_env``)."""
         rank, size, host, port = launch_env()
-        return await cls.bootstrap(rank, size, host, port)
+        return await cls.bootstrap(rank, size, host, port, net_devices=net_devices)
 
     @classmethod
-    async def bootstrap(cls, rank, size, host, port):
+    async def bootstrap(cls, rank, size, host, port, net_devices=None):
         """Joins a job of ``size`` ranks as ``rank``: rank 0 listens on ``host``:``port``, the
         others connect to it (retrying for up to ``BOOTSTRAP_TIMEOUT`` seconds while it is not
-        up yet)."""
+        up yet). ``net_devices="auto"``: initialise ``ucp`` with the devices nearest this
+        rank's GPU (``rank_net_devices``), if ``ucp`` is not initialised yet."""
         if not 1 <= size <= 1 << 16:
             raise ValueError(f"a world has 1 to 65536 ranks, not {size}")
         if not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not below the world size {size}")
+        if net_devices == "auto":
+            _init_nearest_devices()
+        elif net_devices is not None:
+            raise ValueError(f"net_devices must be None or \"auto\", not {net_devices!r}")
         mine = bytes(core.get_worker_address())
         if rank == 0:
             table, boot = await _serve(size, host, port, mine)
@@ -272,6 +280,39 @@ class Communicator:
         await self.barrier()
         for ep in self._eps:
             ep.abort()
+
+
+def local_rank(environ=None):
+    """This process's rank among the ranks on its host: ``LOCAL_RANK`` (torchrun, our
+    launcher), ``OMPI_COMM_WORLD_LOCAL_RANK`` (Open MPI), ``MPI_LOCALRANKID`` (MPICH), else 0."""
+    env = os.environ if environ is None else environ
+    for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+        if name in env:
+            try:
+                return int(env[name])
+            except ValueError:
+                raise ValueError(f"{name}={env[name]!r} is not a number") from None
+    return 0
+
+
+def rank_net_devices(environ=None, xml=None):
+    """The ``UCX_NET_DEVICES`` value for this rank: the devices nearest the CUDA device of its
+    local rank (each rank on a host drives its own GPU), else nearest its CPUs; ``None`` when
+    nothing fits (``topological_distance.auto_net_devices``, the Dask comm's rule too)."""
+    from ._libs.topological_distance import auto_net_devices
+
+    return auto_net_devices(local_rank(environ), xml=xml)
+
+
+def _init_nearest_devices():
+    if core.initialized():
+        logger.warning("net_devices='auto': ucp is already initialised; its devices stay as they are")
+        return
+    if "UCX_NET_DEVICES" in os.environ:
+        return  # the user's choice wins
+    devices = rank_net_devices()
+    if devices is not None:
+        core.init({"NET_DEVICES": devices})
 
 
 async def _serve(size, host, port, mine):

@@ -118,26 +118,12 @@ def _init_ucx(host=None):
 
 
 def _auto_net_devices(host=None):
-    """``ucxa.net-devices: auto`` (dask-cuda's ``--net-devices auto``): the devices nearest this
-    process's GPU (CUDA device 0, i.e. the first entry of ``CUDA_VISIBLE_DEVICES``, which
-    dask-cuda sets per worker), else nearest the CPUs it may run on; plus a listener's own
-    interface, so its address stays reachable. The topology is this machine's, or the hwloc
-    XML file ``UCXPY_TOPOLOGY_XML`` names. None (UCX's default) when nothing fits."""
-    from ucp._libs.topological_distance import TopologicalDistance
+    """``ucxa.net-devices: auto``: the devices nearest this process's GPU (CUDA device 0, i.e.
+    the first entry of ``CUDA_VISIBLE_DEVICES``, which dask-cuda sets per worker), else its
+    CPUs; plus a listener's own interface (``topological_distance.auto_net_devices``)."""
+    from ucp._libs.topological_distance import auto_net_devices
 
-    try:
-        td = TopologicalDistance()
-        try:
-            devices = td.get_ucx_net_devices(0)
-        except ValueError:  # no GPU visible
-            devices = td.get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0)))
-    except (OSError, RuntimeError, ValueError) as e:
-        logger.warning("%s.net-devices=auto: no device chosen (%s); UCX picks its own", SCHEME, e)
-        return None
-    device = interface_of(host) if host else None
-    if device is not None and device not in devices.split(","):
-        devices += "," + device
-    return devices
+    return auto_net_devices(0, host=host)
 
 
 class UCXAComm(Comm):

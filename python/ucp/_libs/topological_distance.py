@@ -121,3 +121,30 @@ class TopologicalDistance:
         machine has no network device at all."""
         cuda = None if cuda_device_index is None else int(cuda_device_index)
         return self._topology.net_devices(pci=pci_bus_id, cuda=cuda, cpus=cpus)
+
+
+def auto_net_devices(cuda_device=0, host=None, xml=None):
+    """``net-devices: auto`` (dask-cuda's ``--net-devices auto``), for the Dask comm and the
+    collectives: the devices nearest CUDA device ``cuda_device`` of this process (index among
+    the visible ones), else, with no GPU visible, nearest the CPUs the process may run on; plus
+    ``host``'s own interface when given (a listener's address must stay reachable). ``xml``:
+    an hwloc XML topology instead of this machine's (default ``UCXPY_TOPOLOGY_XML``). ``None``
+    (leave UCX's default) when nothing fits, with a warning saying why."""
+    import logging
+    import os
+
+    from ..utils import interface_of
+
+    try:
+        td = TopologicalDistance(xml)
+        try:
+            devices = td.get_ucx_net_devices(cuda_device)
+        except ValueError:  # no such GPU visible
+            devices = td.get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0)))
+    except (OSError, RuntimeError, ValueError) as e:
+        logging.getLogger("ucx").warning("net-devices=auto: no device chosen (%s); UCX picks its own", e)
+        return None
+    device = interface_of(host) if host else None
+    if device is not None and device not in devices.split(","):
+        devices += "," + device
+    return devices
