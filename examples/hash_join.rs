@@ -13,7 +13,6 @@ mod launch;
 #[path = "common/usage.rs"]
 mod usage;
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -75,15 +74,31 @@ struct Summary {
 }
 
 fn join(left: impl Iterator<Item = (u64, u64)>, right: impl Iterator<Item = (u64, u64)>) -> Summary {
-    let mut by_key: HashMap<u64, Vec<u64>> = HashMap::new();
-    for (k, p) in left {
-        by_key.entry(k).or_default().push(p);
-    }
+    // A sort-merge join: both sides sorted by key (no per-key allocation, cache-friendly), then
+    // one pass pairing every run of equal keys. The checksum is a wrapping sum, so the order
+    // pairs are met in does not matter.
+    let mut l: Vec<(u64, u64)> = left.collect();
+    let mut r: Vec<(u64, u64)> = right.collect();
+    l.sort_unstable_by_key(|x| x.0);
+    r.sort_unstable_by_key(|x| x.0);
     let mut s = Summary::default();
-    for (k, rp) in right {
-        for lp in by_key.get(&k).into_iter().flatten() {
-            s.pairs += 1;
-            s.checksum = s.checksum.wrapping_add(mix(lp.wrapping_mul(31) ^ rp));
+    let (mut i, mut j) = (0, 0);
+    while i < l.len() && j < r.len() {
+        match l[i].0.cmp(&r[j].0) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                let key = l[i].0;
+                let i_end = i + l[i..].iter().take_while(|x| x.0 == key).count();
+                let j_end = j + r[j..].iter().take_while(|x| x.0 == key).count();
+                for &(_, lp) in &l[i..i_end] {
+                    for &(_, rp) in &r[j..j_end] {
+                        s.pairs += 1;
+                        s.checksum = s.checksum.wrapping_add(mix(lp.wrapping_mul(31) ^ rp));
+                    }
+                }
+                (i, j) = (i_end, j_end);
+            }
         }
     }
     s
