@@ -7,7 +7,7 @@ import weakref
 from functools import partial
 
 from . import _ucx_async as _native
-from .utils import get_event_loop
+from .pending import as_future
 
 logger = logging.getLogger("ucx")
 
@@ -51,8 +51,6 @@ class CtrlMsg:
         """Posts the receive for the peer's control message."""
         msg = bytearray(CtrlMsg.nbytes)
         log = "[Recv shutdown] ep: %s, tag: %s" % (hex(ep.uid), hex(ep._tags["ctrl_recv"]))
-        fut = ep._ep.tag_recv(msg, ep._tags["ctrl_recv"], name=log)
-        if fut is None:  # the message was already there
-            fut = get_event_loop().create_future()
-            fut.set_result(True)
+        # A future even when the message was already there (received inline).
+        fut = as_future(ep._ep.tag_recv(msg, ep._tags["ctrl_recv"], name=log))
         fut.add_done_callback(partial(CtrlMsg.handle_ctrl_msg, weakref.ref(ep), log, msg))

@@ -11,7 +11,7 @@ Device frames are received into device memory (RMM, else CuPy).
 
 Configuration lives under ``ucxa`` in the Dask config (all optional): ``ucxa.tls`` and
 ``ucxa.net-devices`` (UCX_TLS / UCX_NET_DEVICES; ``auto``: the devices nearest the process's
-GPU, see ``_auto_net_devices``) and ``ucxa.environment`` (more ``UCX_*``
+GPU, see ``ucp._libs.topological_distance.auto_net_devices``) and ``ucxa.environment`` (more ``UCX_*``
 options, names without the prefix), ``ucxa.spin-us`` (``ucp``'s busy-poll limit for this
 process; default 0, as Dask's reads wait long) and ``ucxa.host-pool-size`` (how much freed
 receive memory each process keeps for reuse, default 256 MiB; 0 turns the pool off). The comm
@@ -36,6 +36,7 @@ from distributed.protocol.utils import host_array
 from distributed.utils import ensure_ip, get_ip
 
 import ucp
+from ucp._libs.topological_distance import auto_net_devices
 from ucp.continuous_ucx_progress import set_spin_us
 from ucp.utils import interface_of
 
@@ -106,7 +107,8 @@ def _init_ucx(host=None):
     for name, value in (dask.config.get(f"{SCHEME}.environment", default=None) or {}).items():
         options[str(name).upper().replace("-", "_").removeprefix("UCX_")] = str(value)
     if options.get("NET_DEVICES") == "auto":
-        auto = None if "UCX_NET_DEVICES" in os.environ else _auto_net_devices(host)
+        # CUDA device 0: the first CUDA_VISIBLE_DEVICES entry, which dask-cuda sets per worker.
+        auto = None if "UCX_NET_DEVICES" in os.environ else auto_net_devices(0, host=host)
         del options["NET_DEVICES"]
         if auto is not None:
             options["NET_DEVICES"] = auto
@@ -115,15 +117,6 @@ def _init_ucx(host=None):
         if device is not None:
             options["NET_DEVICES"] = device
     ucp.init(options, env_takes_precedence=True)
-
-
-def _auto_net_devices(host=None):
-    """``ucxa.net-devices: auto``: the devices nearest this process's GPU (CUDA device 0, i.e.
-    the first entry of ``CUDA_VISIBLE_DEVICES``, which dask-cuda sets per worker), else its
-    CPUs; plus a listener's own interface (``topological_distance.auto_net_devices``)."""
-    from ucp._libs.topological_distance import auto_net_devices
-
-    return auto_net_devices(0, host=host)
 
 
 class UCXAComm(Comm):

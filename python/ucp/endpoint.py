@@ -255,9 +255,7 @@ class Endpoint:
                 # back for the next am_recv.
                 self._ep.am_requeue(fut.result())
             raise
-        self._finished_recv_count += 1
-        if self._close_after_n_recv is not None and self._finished_recv_count >= self._close_after_n_recv:
-            self.abort()
+        self._recv_finished()
         return ret
 
     async def send_obj(self, obj, tag=None):

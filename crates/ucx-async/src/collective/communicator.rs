@@ -279,21 +279,21 @@ impl Communicator {
         out[me].copy_from_slice(parts[me]);
         let uses_pool = mine.iter().chain(&theirs).any(|a| a.batch > 0);
         let mut pool = if uses_pool { Some(self.pool.lock().await) } else { None };
-        let mut slots: Vec<Option<&mut PeerSlots>> = match pool.as_deref_mut() {
-            Some(p) => {
-                p.resize_with(self.size(), PeerSlots::default);
-                p.iter_mut().map(Some).collect()
-            }
-            None => (0..self.size()).map(|_| None).collect(),
-        };
+        // Each peer's bounce buffers, in rank order, when the pool is in use.
+        let size = self.size();
+        let mut slots = pool.as_deref_mut().map(|p| {
+            p.resize_with(size, PeerSlots::default);
+            p.iter_mut()
+        });
         let bounce = self.bounce;
         let mut transfers = Vec::new();
-        for (r, (buf, slot)) in out.iter_mut().zip(slots.iter_mut()).enumerate() {
+        for (r, buf) in out.iter_mut().enumerate() {
+            let slot = slots.as_mut().and_then(Iterator::next);
             if r == me {
                 continue;
             }
             let ep = &self.peers[r];
-            let (send_slots, recv_slots): (&mut [Vec<u8>], &mut [Vec<u8>]) = match slot.take() {
+            let (send_slots, recv_slots): (&mut [Vec<u8>], &mut [Vec<u8>]) = match slot {
                 Some(s) => (
                     if mine[r].batch > 0 { path::ensure(&mut s.send, bounce) } else { &mut [] },
                     if theirs[r].batch > 0 { path::ensure(&mut s.recv, bounce) } else { &mut [] },
