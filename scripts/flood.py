@@ -7,6 +7,14 @@ they took must be reused, not leaked.
     python scripts/flood.py                              # 8192 x 4 KiB per cycle, 5 cycles
     python scripts/flood.py --messages 2048 --cycles 4   # what the tests run
 
+With --cap BYTES, the flood instead goes on while the endpoint stays open, against a server
+whose UCXPY_MAX_UNCLAIMED_BYTES is BYTES: the server must close the endpoint before the
+client is done, and its RSS must grow by at most twice the cap plus --max-rss-over MiB (UCX
+keeps a 4 KiB eager message in about 8 KiB: 1 GiB of them unreceived took 2 060 MiB).
+`--cap none` shows what happens without one (expect a failure).
+
+    python scripts/flood.py --cap 67108864 --messages 262144   # 1 GiB offered, 64 MiB cap
+
 RSS does not go back to where it was before the first flood: UCX's receive-buffer pools grow
 to the peak and are kept for reuse (README, Reliability).
 """
@@ -82,6 +90,64 @@ async def serve(args):
     print("flood: passed")
 
 
+def capped_client(port, messages, size, report):
+    import ucp
+
+    async def main():
+        ep = await ucp.create_endpoint("127.0.0.1", port)
+        flood = np.ones(size, dtype="u1")
+        sent = 0
+        try:
+            for _ in range(messages):
+                await ep.send(flood)
+                sent += 1
+        except ucp.exceptions.UCXBaseException:
+            pass  # the server closed the endpoint, as it should
+        report.put(sent)
+        ep.abort()
+
+    asyncio.run(main())
+
+
+async def serve_capped(args):
+    """The flood on an open endpoint, against the cap."""
+    import ucp
+
+    if args.cap != "none":
+        os.environ["UCXPY_MAX_UNCLAIMED_BYTES"] = args.cap
+    closed = asyncio.get_running_loop().create_future()
+    peak = [0.0]
+
+    async def handle(ep):
+        # Never receives: watches RSS until the endpoint is closed under it.
+        while not ep.closed() and not closed.done():
+            peak[0] = max(peak[0], rss_mib())
+            await asyncio.sleep(0.005)
+        if not closed.done():
+            closed.set_result(ep.closed())
+
+    lf = ucp.create_listener(handle, ip="127.0.0.1")
+    cap = ucp.core._get_ctx().worker.max_unclaimed_bytes
+    spawn = multiprocessing.get_context("spawn")
+    report = spawn.Queue()
+    baseline = rss_mib()
+    offered = args.messages * args.size
+    print(f"flood: {args.messages} x {args.size} B ({offered / 2**20:.0f} MiB) offered on an open endpoint; cap {cap} B; server RSS before: {baseline:.0f} MiB")
+    proc = spawn.Process(target=capped_client, args=(lf.port, args.messages, args.size, report), daemon=True)
+    proc.start()
+    sent = await asyncio.get_running_loop().run_in_executor(None, report.get, True, args.timeout)
+    await asyncio.get_running_loop().run_in_executor(None, proc.join, args.timeout)
+    cut_off = sent < args.messages and closed.done() and closed.result()
+    print(f"flood: the client sent {sent} messages ({sent * args.size / 2**20:.0f} MiB) before its endpoint ended; cut off by the server: {cut_off}")
+    print(f"flood: server RSS peak {peak[0]:.0f} MiB ({peak[0] - baseline:+.0f} MiB), now {rss_mib():.0f} MiB")
+    lf.close()
+    allowed = 2 * (cap or 0) / 2**20 + args.max_rss_over
+    if not cut_off or peak[0] - baseline > allowed:
+        print(f"flood: FAILED: the server must cut the client off and grow at most {allowed:.0f} MiB")
+        sys.exit(1)
+    print("flood: passed")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=8192, help="unread messages per cycle")
@@ -89,7 +155,13 @@ def main():
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--max-growth", type=float, default=0.05, help="allowed RSS growth after the first cycle")
     parser.add_argument("--timeout", type=float, default=120, help="seconds allowed per cycle")
+    parser.add_argument("--cap", help="flood an open endpoint against this UCXPY_MAX_UNCLAIMED_BYTES instead")
+    parser.add_argument("--max-rss-over", type=float, default=64, help="with --cap: MiB of RSS growth allowed beyond the cap")
     args = parser.parse_args()
+    if args.cap is not None:
+        os.environ.setdefault("UCX_NET_DEVICES", "lo")
+        asyncio.run(serve_capped(args))
+        return
     if args.cycles < 2:
         parser.error("--cycles must be at least 2 (growth is measured against the first)")
     os.environ.setdefault("UCX_NET_DEVICES", "lo")

@@ -2,9 +2,10 @@
 # The long forms of the reliability tests (issue 15), one command: 1 000 000 fuzzed inputs per
 # decoder of peer input (worker addresses, handshakes, control messages, AM headers, send_obj
 # lengths, the UCXX multi-frame header), 100 rounds of killing each side of every bench
-# workload in every progress mode (3 600 kills), a 10-minute soak and a flood-and-close of
-# 5 x 32 MiB. CI runs the short forms (20 000 cases per decoder, 1 round, a 10 s soak,
-# 4 x 8 MiB) through scripts/test.sh.
+# workload in every progress mode (3 600 kills), a 10-minute soak, a flood-and-close of
+# 5 x 32 MiB and a 1 GiB flood of an open endpoint against a 64 MiB cap. CI runs the short
+# forms (20 000 cases per decoder, 1 round, a 10 s soak, 4 x 8 MiB, 256 MiB against 16 MiB)
+# through scripts/test.sh.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,3 +20,4 @@ UCX_ASYNC_KILL_ROUNDS="${UCX_ASYNC_KILL_ROUNDS:-100}" \
     cargo test --release -p ucx-async --test peer_kill -- --nocapture
 python scripts/soak.py --duration 600
 python scripts/flood.py
+python scripts/flood.py --cap 67108864 --messages 262144

@@ -75,18 +75,41 @@ def _listener_handler(conn_request, callback_func, ctx_ref, event_loop, endpoint
         asyncio.run_coroutine_threadsafe(coro, event_loop)
 
 
+_DEFAULT = object()
+
+
+def _max_unclaimed_bytes(value):
+    """``UCXPY_MAX_UNCLAIMED_BYTES``'s value: a number of bytes, ``none`` (no cap), or unset."""
+    if value is None or value.strip() == "":
+        return _DEFAULT
+    if value.strip().lower() == "none":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError("UCXPY_MAX_UNCLAIMED_BYTES must be a number of bytes or 'none', not %r" % value)
+    return n
+
+
 class ApplicationContext:
     """The UCX context, its one worker, and the progress drivers of the event loops using it.
 
     ``blocking_progress_mode``: sleep on the wakeup fd (default) or poll; default from the
     environment (``UCXPY_NON_BLOCKING_MODE`` present means polling). ``connect_timeout``: the
     handshake's time limit in seconds (default ``UCXPY_CONNECT_TIMEOUT`` or 5).
+    ``UCXPY_MAX_UNCLAIMED_BYTES``: the cap on what a peer may leave unreceived on one endpoint
+    (``Worker.set_max_unclaimed_bytes``; default 1 GiB, ``none`` for no cap).
     """
 
     def __init__(self, config_dict={}, blocking_progress_mode=None, connect_timeout=None):
         self.progress_tasks = []
+        max_unclaimed = _max_unclaimed_bytes(os.environ.get("UCXPY_MAX_UNCLAIMED_BYTES"))
         self.context = _ucx_async.Context(dict(config_dict))
         self.worker = _ucx_async.Worker(self.context)
+        if max_unclaimed is not _DEFAULT:
+            self.worker.set_max_unclaimed_bytes(max_unclaimed)
 
         if blocking_progress_mode is not None:
             self.blocking_progress_mode = blocking_progress_mode

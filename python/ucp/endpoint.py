@@ -40,6 +40,12 @@ class Endpoint:
         self._shutting_down_peer = False
         self._close_after_n_recv = None
         self._tags = tags
+        # What the peer leaves unreceived on these tags counts against the endpoint's cap
+        # (the tags of user tags count once received on).
+        for key in ("msg_recv", "ctrl_recv"):
+            tag = (tags or {}).get(key)
+            if tag is not None:
+                endpoint.watch_tag(tag)
 
     @property
     def uid(self):

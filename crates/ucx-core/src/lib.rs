@@ -17,6 +17,8 @@
 //!   a buffer the operation owns, whose drop never blocks.
 //! - [`Inflight`] (`inflight`): operations tracked by id until their completion is taken,
 //!   for callers that cannot await each one where they submitted it (the Python bindings).
+//! - [`Unclaimed`] (`unclaimed`): messages that arrived before their receive, taken out of
+//!   UCX's unexpected queue by tag so that what a peer leaves unreceived is counted and capped.
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
@@ -54,6 +56,7 @@ mod stream;
 mod sys;
 mod tag;
 mod text;
+pub mod unclaimed;
 pub mod version;
 pub mod wire;
 mod worker;
@@ -71,4 +74,5 @@ pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
+pub use unclaimed::{Overflow, Unclaimed};
 pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};

@@ -143,6 +143,9 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
     }
 }
 
+/// The most scratch memory discarding one message takes.
+const DISCARD_SCRATCH: usize = 64 << 10;
+
 /// Receives probed message `msg` of `len` bytes into scratch memory and drops it, progressing
 /// `worker` for up to `limit`; see [`ProbedMessage::discard_within`]. Returns whether it was
 /// received.
@@ -150,12 +153,18 @@ unsafe fn recv_probed<'a, B: RecvBuffer + ?Sized>(
 /// # Safety
 /// `msg` must be a probed-and-removed message of `worker`, received exactly once.
 unsafe fn discard_probed(worker: &Worker, msg: sys::ucp_tag_message_h, len: usize, limit: std::time::Duration) -> bool {
-    let submitted = crate::Owned::submit(Box::new(vec![0u8; len]), false, |scratch| {
+    // A longer message is received truncated, which UCX completes all the same (a rendezvous
+    // then fetches nothing): the length is the peer's word, and must not size an allocation.
+    let submitted = crate::Owned::submit(Box::new(vec![0u8; len.min(DISCARD_SCRATCH)]), false, |scratch| {
         // SAFETY: guaranteed by the caller; the scratch buffer is owned by the operation
         // until UCX is done with it.
         unsafe { recv_probed(worker, msg, &mut scratch[..]) }
     });
-    let Ok(op) = submitted else { return false };
+    let op = match submitted {
+        Ok(op) => op,
+        // Truncated at once (a rendezvous whose sender has been told to drop it): gone.
+        Err(e) => return e.status() == crate::Status::MessageTruncated,
+    };
     let deadline = std::time::Instant::now() + limit;
     while !op.is_complete() && std::time::Instant::now() < deadline {
         worker.progress();

@@ -48,8 +48,11 @@ impl TagRecv<'_> {
         let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
         let nbytes = buf.len();
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
+        if let (Some(ep), ucx_core::FULL_MASK) = (self.ep, self.mask) {
+            ep.watch(engine, self.tag);
+        }
         let op = Submission {
-            submitted: engine.worker.tag_recv_owned(buf, self.tag, self.mask),
+            submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
             expect: Expect::new(name, Some(nbytes)),
             owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
         };
@@ -73,7 +76,7 @@ impl Endpoint {
     /// The UCX endpoint, or `UCXCloseError` once closed (saying why, if we closed it).
     fn ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
         lock(&self.shared.ep).clone().ok_or_else(|| {
-            let msg = match *lock(&self.shared.closed_because) {
+            let msg = match lock(&self.shared.closed_because).as_deref() {
                 Some(why) => format!("Endpoint closed: {why}"),
                 None => "Endpoint closed".to_string(),
             };
@@ -235,11 +238,17 @@ impl Endpoint {
         // After a close that lost a message, a message waiting now may be the one after it:
         // never hand that out.
         let lost_one = lock(&self.shared.closed_because).is_some();
-        if lost_one || self.engine.worker.tag_probe(tag, FULL_MASK).is_none() {
+        if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag) {
             self.raise_on_error(py)?;
             self.ep(py)?;
         }
         self.recv_spinning(py, buffer, tag, None, None, spin_us)
+    }
+
+    /// Counts messages that wait on `tag` against this endpoint (the tags it receives on
+    /// are counted once it has received on them; see `Worker.set_max_unclaimed_bytes`).
+    fn watch_tag(&self, tag: u64) {
+        self.shared.watch(&self.engine, tag);
     }
 
     /// Sends `buffer` on the stream API.

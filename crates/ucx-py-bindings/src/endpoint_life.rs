@@ -32,7 +32,7 @@ pub(crate) struct EpShared {
     pub(crate) failure: Mutex<Option<Status>>,
     /// Why we closed the endpoint ourselves, when it was not the caller's `close()`; later
     /// operations raise `UCXEndpointClosed` with it.
-    pub(crate) closed_because: Mutex<Option<&'static str>>,
+    pub(crate) closed_because: Mutex<Option<String>>,
     /// Set when this side began closing (`Endpoint.close` telling the peer first): the reset
     /// the peer answers with is our close, not a failure of the peer.
     pub(crate) closing: AtomicBool,
@@ -109,14 +109,15 @@ impl EpShared {
 
     /// Closes the endpoint (see `Endpoint.close`); `why`, when we close it on our own, is what
     /// later operations on it report.
-    pub(crate) fn close(&self, engine: &Engine, py: Python<'_>, why: Option<&'static str>) -> PyResult<()> {
+    pub(crate) fn close(&self, engine: &Engine, py: Python<'_>, why: Option<String>) -> PyResult<()> {
         let Some(ep) = lock(&self.ep).take() else { return Ok(()) };
-        if why.is_some() {
+        let forced = why.is_some();
+        if forced {
             *lock(&self.closed_because) = why;
         }
         engine.cancel_ops_of(self.key, End::Closed);
         self.am.fail_waiting(py, self.handle, End::Closed);
-        let force = self.error_handling && (ep.status().is_err() || lock(&self.failure).is_some() || why.is_some());
+        let force = self.error_handling && (ep.status().is_err() || lock(&self.failure).is_some() || forced);
         let mode = if force { CloseMode::Force } else { CloseMode::Flush };
         let closed = py.allow_threads(|| close_within(&ep, mode));
         // Deliver the cancellations now, so awaiting tasks see them on their next step.
@@ -126,8 +127,18 @@ impl EpShared {
         engine.fail_stuck_ops_of(py, self.key, End::Closed);
         self.closed.store(true, Ordering::Release);
         self.am.forget(self.handle);
+        // What its peer sent that nobody received can no longer be.
+        engine.unclaimed.release(py, self.key);
         self.run_close_callback(py);
         closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
+    }
+
+    /// Counts messages waiting on `tag` against this endpoint (the cap of
+    /// [`crate::unclaimed`]); nothing once it is closed.
+    pub(crate) fn watch(self: &Arc<Self>, engine: &Engine, tag: u64) {
+        if lock(&self.ep).is_some() {
+            engine.unclaimed.watch(tag, self.key, || Arc::downgrade(self) as Weak<dyn OpOwner>);
+        }
     }
 
     /// The failure UCX reported for the peer, or the endpoint's status says.
@@ -152,9 +163,28 @@ impl OpOwner for EpShared {
     fn lost_message(&self, engine: &Engine, py: Python<'_>) {
         let why = "a receive on it was cancelled after UCX had matched a message to it, so the endpoint was \
                    closed rather than lose that message silently";
+        if let Err(e) = self.close(engine, py, Some(why.to_string())) {
+            e.write_unraisable(py, None);
+        }
+    }
+
+    fn over_unclaimed_limit(&self, engine: &Engine, py: Python<'_>, overflow: &ucx_core::Overflow) {
+        let why = format!("closed because {overflow} (UCXPY_MAX_UNCLAIMED_BYTES)");
+        warn(py, &format!("Endpoint {:#x} {why}", self.handle));
         if let Err(e) = self.close(engine, py, Some(why)) {
             e.write_unraisable(py, None);
         }
+    }
+}
+
+/// Logs `msg` as a warning on UCX-Py's logger, "ucx".
+fn warn(py: Python<'_>, msg: &str) {
+    let logged = py
+        .import("logging")
+        .and_then(|logging| logging.call_method1("getLogger", ("ucx",)))
+        .and_then(|logger| logger.call_method1("warning", (msg,)));
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
     }
 }
 

@@ -23,6 +23,7 @@ use crate::errors::{self, End, Kind};
 use crate::outcome::{Expect, Outcome};
 use crate::sync::lock;
 use crate::target::{Target, Undelivered};
+use crate::unclaimed::Hold;
 
 /// Work a UCX callback hands to the next drain, which runs it with the GIL.
 pub(crate) type Event = Box<dyn FnOnce(&Engine, Python<'_>) + Send>;
@@ -56,6 +57,8 @@ pub(crate) trait OpOwner: Send + Sync {
     /// A message it received went to a receive nobody awaits: close it, so that the next
     /// receive fails clearly instead of silently getting the message after.
     fn lost_message(&self, engine: &Engine, py: Python<'_>);
+    /// Its peer left more unreceived than the cap allows: close it, saying why.
+    fn over_unclaimed_limit(&self, engine: &Engine, py: Python<'_>, overflow: &ucx_core::Overflow);
 }
 
 /// A closure that takes an operation's outcome in place of a Python target.
@@ -117,6 +120,8 @@ pub(crate) struct Engine {
     pub(crate) cuda_support: bool,
     ops: Inflight<Op>,
     events: Arc<Events>,
+    /// Messages that arrived before their receive; every tag receive looks there first.
+    pub(crate) unclaimed: Hold<dyn OpOwner>,
     /// Called when an operation needs progress the event loop might otherwise never give it:
     /// the blocking-mode drivers' dispatcher.
     progress_hook: Mutex<Option<Py<PyAny>>>,
@@ -133,6 +138,7 @@ impl Engine {
             cuda_support,
             ops: Inflight::new(),
             events: Arc::default(),
+            unclaimed: Hold::new(),
             progress_hook: Mutex::default(),
             canceled_on_error: AtomicU64::new(0),
         })
@@ -245,7 +251,12 @@ impl Engine {
     pub(crate) fn progress_pass(&self, py: Python<'_>) -> (bool, bool) {
         let worker = &self.worker;
         let batch = py.allow_threads(|| worker.progress_batch());
-        (self.drain(py), batch.idle)
+        let delivered = self.drain(py);
+        // Closing runs Python (the close callback), so after the hold's lock is let go.
+        for (owner, overflow) in self.unclaimed.sweep_if_due(&self.worker) {
+            owner.over_unclaimed_limit(self, py, &overflow);
+        }
+        (delivered, batch.idle)
     }
 
     /// Delivers completions and events to Python until none are left. Returns whether any
@@ -366,6 +377,7 @@ impl Engine {
         }
         // Messages nobody will receive (e.g. a peer's close message after we aborted) are
         // taken and discarded, so UCX does not warn about them when the worker goes.
+        self.unclaimed.clear(py);
         while let Some(msg) = self.worker.tag_probe_take(0, 0) {
             drop(msg);
         }

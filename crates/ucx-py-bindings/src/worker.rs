@@ -152,7 +152,28 @@ impl Worker {
 
     /// Whether a message with exactly `tag` has arrived and waits unclaimed.
     fn tag_probe(&self, tag: u64) -> bool {
-        self.engine.worker.tag_probe(tag, FULL_MASK).is_some()
+        self.engine.unclaimed.probe(&self.engine.worker, tag)
+    }
+
+    /// Caps what a peer may leave unreceived on one endpoint: the bytes of the messages
+    /// waiting on the tags it receives on, beyond the next message of each tag. Progress
+    /// counts them every 10 ms; an endpoint over the cap is closed with a logged warning, and
+    /// its later operations raise `UCXEndpointClosed` saying why. `None` lifts the cap (and
+    /// stops counting).
+    #[pyo3(signature = (limit))]
+    fn set_max_unclaimed_bytes(&self, limit: Option<usize>) {
+        self.engine.unclaimed.set_limit(limit);
+    }
+
+    /// The cap `set_max_unclaimed_bytes` set (`None`: no cap).
+    #[getter]
+    fn max_unclaimed_bytes(&self) -> Option<usize> {
+        self.engine.unclaimed.limit()
+    }
+
+    /// How many messages the worker holds for receives still to come, and their bytes.
+    fn unclaimed(&self) -> (usize, usize) {
+        self.engine.unclaimed.held()
     }
 
     /// Receives and drops the messages with exactly `tag` that arrived and wait unclaimed (a
@@ -160,8 +181,9 @@ impl Worker {
     /// unexpected queue for the worker's life. Each is given up to 100 ms; one not done by
     /// then (a rendezvous whose sender is gone) is left to UCX. Returns how many.
     fn purge_unexpected(&self, py: Python<'_>, tag: u64) -> usize {
+        let held = self.engine.unclaimed.purge(py, tag);
         let worker = &self.engine.worker;
-        py.allow_threads(|| {
+        held + py.allow_threads(|| {
             let mut n = 0;
             // Bounded: a peer that keeps sending must not keep us here.
             while n < PURGE_LIMIT {

@@ -1,0 +1,222 @@
+//! Messages that arrived before anyone received them, held on our side so that what a peer
+//! leaves unreceived can be counted and capped.
+//!
+//! UCX keeps such messages in the worker's unexpected queue, with no bound and no count, and
+//! its tag messages carry no sender: the only way to tell whose they are is the tag. So
+//! [`Unclaimed`] watches tags on behalf of an owner (an endpoint, by key). A
+//! [`sweep`](Unclaimed::sweep) takes the waiting messages out of UCX's queue
+//! (`ucp_tag_probe_nb` with removal: no data moves; what UCX holds for a message stays where
+//! it is) and keeps them in arrival order. Every receive on the worker must ask
+//! [`Unclaimed::take`] first and post to UCX only if nothing here matches, which keeps the
+//! order a peer sent in: what is held here arrived before anything still in UCX's queue.
+//!
+//! # What counts
+//! UCX's API does not say whether a waiting message is eager (its bytes sit in our memory)
+//! or a rendezvous (a few bytes until it is received). So every held message counts its full
+//! length, except the oldest of each tag: the message the owner's next receive takes. One
+//! large rendezvous message sent before its receive was posted, the normal case, so never
+//! counts, and what a peer can pile up is at most [`Unclaimed::limit`] bytes plus one message
+//! per watched tag. An owner over the limit is reported by [`sweep`](Unclaimed::sweep) as an
+//! [`Overflow`]; what to do with it (close the endpoint, say why) is the caller's.
+//!
+//! Messages on tags nobody watches are held too (a sweep cannot skip them and keep the
+//! order), but count against no one: UCX gives no sender for them.
+use std::collections::{HashMap, VecDeque};
+
+use crate::tag::{ProbedMessage, FULL_MASK};
+use crate::worker::Worker;
+
+/// The most messages one [`Unclaimed::sweep`] takes, so that a peer that never stops sending
+/// cannot keep a sweep going; the next sweep takes the rest.
+pub const SWEEP_LIMIT: usize = 1 << 16;
+
+/// Held messages of one tag, oldest first, with the arrival number of each.
+#[derive(Default)]
+struct TagQueue {
+    messages: VecDeque<(u64, ProbedMessage)>,
+    /// The sum of their lengths.
+    bytes: usize,
+}
+
+impl TagQueue {
+    /// What the queue counts against its owner: everything but the oldest message.
+    fn counted(&self) -> usize {
+        self.bytes - self.messages.front().map_or(0, |(_, m)| m.info().length)
+    }
+}
+
+/// An owner whose held messages are over the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// The owner, as given to [`Unclaimed::watch`].
+    pub owner: u64,
+    /// The bytes counted against it (see the module's docs).
+    pub counted: usize,
+    /// How many messages are held for it.
+    pub messages: usize,
+    /// The limit it is over.
+    pub limit: usize,
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the peer left {} messages unreceived, counting {} bytes beyond the next one of each tag, over the \
+             limit of {} bytes",
+            self.messages, self.counted, self.limit
+        )
+    }
+}
+
+/// Watched tags and the messages held for them; see the module's docs.
+pub struct Unclaimed {
+    /// Watched tag → its owner.
+    watched: HashMap<u64, u64>,
+    held: HashMap<u64, TagQueue>,
+    /// The next arrival number.
+    arrivals: u64,
+    limit: Option<usize>,
+}
+
+impl Unclaimed {
+    /// Nothing watched, nothing held; owners may leave at most `limit` counted bytes (`None`:
+    /// no cap, messages are still held and handed out in order).
+    pub fn new(limit: Option<usize>) -> Unclaimed {
+        Unclaimed { watched: HashMap::new(), held: HashMap::new(), arrivals: 0, limit }
+    }
+
+    /// The cap on counted bytes per owner.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// Changes the cap; the next sweep applies it.
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
+    /// Watches `tag` for `owner` (a tag watched for another owner moves to this one).
+    pub fn watch(&mut self, tag: u64, owner: u64) {
+        self.watched.insert(tag, owner);
+    }
+
+    /// The owner `tag` is watched for.
+    pub fn owner_of(&self, tag: u64) -> Option<u64> {
+        self.watched.get(&tag).copied()
+    }
+
+    /// Whether any tag is watched (a sweep has nothing to do otherwise).
+    pub fn is_watching(&self) -> bool {
+        !self.watched.is_empty()
+    }
+
+    /// Stops watching `owner`'s tags. Messages already held stay, for a later receive or
+    /// [`Unclaimed::take_all`].
+    pub fn unwatch(&mut self, owner: u64) {
+        self.watched.retain(|_, o| *o != owner);
+    }
+
+    /// Stops watching `owner`'s tags and takes every message held on them (to be discarded:
+    /// the owner is gone).
+    pub fn release(&mut self, owner: u64) -> Vec<ProbedMessage> {
+        let tags: Vec<u64> = self.watched.iter().filter(|(_, o)| **o == owner).map(|(t, _)| *t).collect();
+        self.unwatch(owner);
+        tags.into_iter().flat_map(|tag| self.take_all(tag)).collect()
+    }
+
+    /// Takes the messages waiting in `worker`'s unexpected queue (at most [`SWEEP_LIMIT`]),
+    /// oldest first, then returns the owners over the limit. Nothing is taken while no tag is
+    /// watched.
+    pub fn sweep(&mut self, worker: &Worker) -> Vec<Overflow> {
+        if self.watched.is_empty() {
+            return Vec::new();
+        }
+        // Every tag, not only the watched ones: UCX's probe under a zero mask hands them out
+        // in arrival order, which a masked receive across tags must keep.
+        for _ in 0..SWEEP_LIMIT {
+            let Some(msg) = worker.tag_probe_take(0, 0) else { break };
+            let queue = self.held.entry(msg.info().sender_tag).or_default();
+            queue.bytes += msg.info().length;
+            queue.messages.push_back((self.arrivals, msg));
+            self.arrivals += 1;
+        }
+        self.overflows()
+    }
+
+    /// The owners whose counted bytes are over the limit.
+    fn overflows(&self) -> Vec<Overflow> {
+        let Some(limit) = self.limit else { return Vec::new() };
+        let mut per_owner: HashMap<u64, (usize, usize)> = HashMap::new();
+        for (tag, queue) in &self.held {
+            if let Some(&owner) = self.watched.get(tag) {
+                let entry = per_owner.entry(owner).or_default();
+                entry.0 += queue.counted();
+                entry.1 += queue.messages.len();
+            }
+        }
+        let mut over: Vec<Overflow> = per_owner
+            .into_iter()
+            .filter(|(_, (counted, _))| *counted > limit)
+            .map(|(owner, (counted, messages))| Overflow { owner, counted, messages, limit })
+            .collect();
+        over.sort_by_key(|o| o.owner);
+        over
+    }
+
+    /// The oldest held message whose tag matches `tag` under `mask`, taken out for a
+    /// receive ([`ProbedMessage::recv_into`]).
+    pub fn take(&mut self, tag: u64, mask: u64) -> Option<ProbedMessage> {
+        let key = if mask == FULL_MASK {
+            self.held.contains_key(&tag).then_some(tag)
+        } else {
+            // Oldest first across tags, as UCX would match a masked receive.
+            self.held
+                .iter()
+                .filter(|(t, _)| *t & mask == tag & mask)
+                .filter_map(|(t, q)| q.messages.front().map(|(n, _)| (*n, *t)))
+                .min()
+                .map(|(_, t)| t)
+        }?;
+        let queue = self.held.get_mut(&key)?;
+        let (_, msg) = queue.messages.pop_front()?;
+        queue.bytes -= msg.info().length;
+        if queue.messages.is_empty() {
+            self.held.remove(&key);
+        }
+        Some(msg)
+    }
+
+    /// Whether a message with exactly `tag` is held.
+    pub fn holds(&self, tag: u64) -> bool {
+        self.held.contains_key(&tag)
+    }
+
+    /// Takes every held message of `tag` (to be discarded: nobody can receive them any more).
+    pub fn take_all(&mut self, tag: u64) -> Vec<ProbedMessage> {
+        self.held.remove(&tag).map(|q| q.messages.into_iter().map(|(_, m)| m).collect()).unwrap_or_default()
+    }
+
+    /// Takes every held message (the worker is going away).
+    pub fn drain(&mut self) -> Vec<ProbedMessage> {
+        self.watched.clear();
+        self.held.drain().flat_map(|(_, q)| q.messages.into_iter().map(|(_, m)| m)).collect()
+    }
+
+    /// How many messages are held, and the sum of their lengths.
+    pub fn held(&self) -> (usize, usize) {
+        self.held.values().fold((0, 0), |(n, b), q| (n + q.messages.len(), b + q.bytes))
+    }
+}
+
+impl std::fmt::Debug for Unclaimed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (messages, bytes) = self.held();
+        f.debug_struct("Unclaimed")
+            .field("watched", &self.watched.len())
+            .field("messages", &messages)
+            .field("bytes", &bytes)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
