@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[2] / "crates" / "ucx-py-bindings" / "src"
 PY = Path(__file__).resolve().parents[2] / "python" / "ucp"
 
 # What the engine may use: below it in the map.
-ENGINE_MAY_USE = {"buffer", "errors", "outcome", "sync", "target", "unclaimed"}
+ENGINE_MAY_USE = {"buffer", "errors", "outcome", "sync", "target"}
 
 
 def _imports():

@@ -40,8 +40,9 @@ class Endpoint:
         self._shutting_down_peer = False
         self._close_after_n_recv = None
         self._tags = tags
-        # What the peer leaves unreceived on these tags counts against the endpoint's cap
-        # (the tags of user tags count once received on).
+        # What the peer leaves unreceived on its own tags counts against the endpoint's cap.
+        # Not user or forced tags: collectives use a new one per operation, and watching
+        # each would grow without end.
         for key in ("msg_recv", "ctrl_recv"):
             tag = (tags or {}).get(key)
             if tag is not None:

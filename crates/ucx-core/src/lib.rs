@@ -74,5 +74,5 @@ pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
-pub use unclaimed::{Overflow, Unclaimed};
+pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};

@@ -20,9 +20,17 @@
 //! [`Overflow`]; what to do with it (close the endpoint, say why) is the caller's.
 //!
 //! Messages on tags nobody watches are held too (a sweep cannot skip them and keep the
-//! order), but count against no one: UCX gives no sender for them.
+//! order), but count against no one: UCX gives no sender for them. ([`Unclaimed::sweep_watched`]
+//! leaves them in UCX, for callers that also receive without asking here.)
+//!
+//! [`Hold`] is the form a worker's receivers and its progress loop share: behind a lock, with
+//! the owners' handles, sweeping at most every [`SWEEP_INTERVAL`].
 use std::collections::{HashMap, VecDeque};
 
+use crate::buffer::RecvBuffer;
+use crate::error::Result;
+use crate::owned::Owned;
+use crate::request::Submitted;
 use crate::tag::{ProbedMessage, FULL_MASK};
 use crate::worker::Worker;
 
@@ -136,12 +144,33 @@ impl Unclaimed {
         // in arrival order, which a masked receive across tags must keep.
         for _ in 0..SWEEP_LIMIT {
             let Some(msg) = worker.tag_probe_take(0, 0) else { break };
-            let queue = self.held.entry(msg.info().sender_tag).or_default();
-            queue.bytes += msg.info().length;
-            queue.messages.push_back((self.arrivals, msg));
-            self.arrivals += 1;
+            self.hold(msg);
         }
         self.overflows()
+    }
+
+    /// [`Unclaimed::sweep`] for callers that also receive on the worker without asking here
+    /// first: only the watched tags' messages are taken (each tag's in order; across tags in
+    /// sweep order, so a masked receive spanning several watched tags may see them out of
+    /// arrival order).
+    pub fn sweep_watched(&mut self, worker: &Worker) -> Vec<Overflow> {
+        let mut taken = 0;
+        let tags: Vec<u64> = self.watched.keys().copied().collect();
+        for tag in tags {
+            while taken < SWEEP_LIMIT {
+                let Some(msg) = worker.tag_probe_take(tag, FULL_MASK) else { break };
+                self.hold(msg);
+                taken += 1;
+            }
+        }
+        self.overflows()
+    }
+
+    fn hold(&mut self, msg: ProbedMessage) {
+        let queue = self.held.entry(msg.info().sender_tag).or_default();
+        queue.bytes += msg.info().length;
+        queue.messages.push_back((self.arrivals, msg));
+        self.arrivals += 1;
     }
 
     /// The owners whose counted bytes are over the limit.
@@ -192,6 +221,11 @@ impl Unclaimed {
         self.held.contains_key(&tag)
     }
 
+    /// Whether a message whose tag matches `tag` under `mask` is held.
+    pub fn holds_matching(&self, tag: u64, mask: u64) -> bool {
+        self.held.keys().any(|t| t & mask == tag & mask)
+    }
+
     /// Takes every held message of `tag` (to be discarded: nobody can receive them any more).
     pub fn take_all(&mut self, tag: u64) -> Vec<ProbedMessage> {
         self.held.remove(&tag).map(|q| q.messages.into_iter().map(|(_, m)| m).collect()).unwrap_or_default()
@@ -218,5 +252,158 @@ impl std::fmt::Debug for Unclaimed {
             .field("bytes", &bytes)
             .field("limit", &self.limit)
             .finish()
+    }
+}
+
+/// The default cap on what a peer may leave unreceived on one endpoint (ucx-async's and the
+/// Python package's): 1 GiB.
+pub const DEFAULT_LIMIT: usize = 1 << 30;
+
+/// How often a [`Hold`] sweeps at most: what arrives between two sweeps is not counted yet.
+pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Which messages a [`Hold`]'s sweeps take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every waiting message ([`Unclaimed::sweep`]): for callers whose every tag receive asks
+    /// the hold first (the Python bindings).
+    All,
+    /// Only the watched tags' ([`Unclaimed::sweep_watched`]): for callers that also receive
+    /// on the worker directly (ucx-async, whose `Worker::core` is public).
+    Watched,
+}
+
+struct HoldState<O: ?Sized> {
+    held: Unclaimed,
+    /// The owners whose tags are watched, by key.
+    owners: HashMap<u64, std::sync::Weak<O>>,
+    next_sweep: std::time::Instant,
+}
+
+/// [`Unclaimed`] shared by the receivers and the progress loop of one worker: behind a lock,
+/// with a handle on each owner (of any type: what closes an endpoint is the caller's) and
+/// sweeps at most every [`SWEEP_INTERVAL`].
+pub struct Hold<O: ?Sized> {
+    state: std::sync::Mutex<HoldState<O>>,
+    scope: Scope,
+}
+
+impl<O: ?Sized> Hold<O> {
+    /// Nothing held, a cap of `limit` (`None`: nothing is watched or swept).
+    pub fn new(limit: Option<usize>, scope: Scope) -> Hold<O> {
+        let state =
+            HoldState { held: Unclaimed::new(limit), owners: HashMap::new(), next_sweep: std::time::Instant::now() };
+        Hold { state: std::sync::Mutex::new(state), scope }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HoldState<O>> {
+        // The state stays consistent between statements: a panic elsewhere cannot break it.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cap.
+    pub fn limit(&self) -> Option<usize> {
+        self.lock().held.limit()
+    }
+
+    /// Sets the cap. `None` stops watching (what is held stays, to be received in order).
+    pub fn set_limit(&self, limit: Option<usize>) {
+        let mut state = self.lock();
+        state.held.set_limit(limit);
+        if limit.is_none() {
+            let keys: Vec<u64> = state.owners.drain().map(|(k, _)| k).collect();
+            for key in keys {
+                state.held.unwatch(key);
+            }
+        }
+    }
+
+    /// Watches `tag` for owner `key` (nothing while there is no cap); `owner` is asked for
+    /// only when the tag is new to the key.
+    pub fn watch(&self, tag: u64, key: u64, owner: impl FnOnce() -> std::sync::Weak<O>) {
+        let mut state = self.lock();
+        if state.held.limit().is_some() && state.held.owner_of(tag) != Some(key) {
+            state.held.watch(tag, key);
+            state.owners.insert(key, owner());
+        }
+    }
+
+    /// Receives the next message matching `tag`/`mask` into `buf`: one held here if any, else
+    /// posted to UCX. Under the lock, so that no sweep comes between the look and the post.
+    pub fn recv_owned<B: RecvBuffer + Send + 'static>(
+        &self,
+        worker: &Worker,
+        buf: B,
+        tag: u64,
+        mask: u64,
+    ) -> Result<Owned<B>> {
+        let mut state = self.lock();
+        match state.held.take(tag, mask) {
+            Some(msg) => msg.recv_owned(buf),
+            None => worker.tag_recv_owned(buf, tag, mask),
+        }
+    }
+
+    /// [`Hold::recv_owned`] into a borrowed buffer.
+    pub fn recv<'a, B: RecvBuffer + ?Sized>(
+        &self,
+        worker: &Worker,
+        buf: &'a mut B,
+        tag: u64,
+        mask: u64,
+    ) -> Result<Submitted<'a>> {
+        let mut state = self.lock();
+        match state.held.take(tag, mask) {
+            Some(msg) => msg.recv_into(buf),
+            None => worker.tag_recv(buf, tag, mask),
+        }
+    }
+
+    /// Whether a message matching `tag`/`mask` waits, here or in UCX.
+    pub fn probe(&self, worker: &Worker, tag: u64, mask: u64) -> bool {
+        let state = self.lock();
+        let held = if mask == FULL_MASK { state.held.holds(tag) } else { state.held.holds_matching(tag, mask) };
+        held || worker.tag_probe(tag, mask).is_some()
+    }
+
+    /// Sweeps if one is due; returns the owners over the cap, for the caller to close.
+    pub fn sweep_if_due(&self, worker: &Worker) -> Vec<(std::sync::Arc<O>, Overflow)> {
+        let mut state = self.lock();
+        let now = std::time::Instant::now();
+        if !state.held.is_watching() || now < state.next_sweep {
+            return Vec::new();
+        }
+        state.next_sweep = now + SWEEP_INTERVAL;
+        let over = match self.scope {
+            Scope::All => state.held.sweep(worker),
+            Scope::Watched => state.held.sweep_watched(worker),
+        };
+        over.into_iter()
+            .filter_map(|o| state.owners.get(&o.owner).and_then(std::sync::Weak::upgrade).map(|w| (w, o)))
+            .collect()
+    }
+
+    /// Stops watching owner `key`'s tags and takes what is held on them (to be discarded).
+    pub fn release(&self, key: u64) -> Vec<ProbedMessage> {
+        let mut state = self.lock();
+        state.owners.remove(&key);
+        state.held.release(key)
+    }
+
+    /// Takes what is held on `tag` (to be discarded).
+    pub fn take_all(&self, tag: u64) -> Vec<ProbedMessage> {
+        self.lock().held.take_all(tag)
+    }
+
+    /// Takes everything held and stops watching (the worker is going).
+    pub fn drain(&self) -> Vec<ProbedMessage> {
+        let mut state = self.lock();
+        state.owners.clear();
+        state.held.drain()
+    }
+
+    /// How many messages are held, and their bytes.
+    pub fn held(&self) -> (usize, usize) {
+        self.lock().held.held()
     }
 }

@@ -184,3 +184,19 @@ fn releasing_an_owner_takes_only_its_tags_messages() {
     assert_eq!(held.held(), (1, 16), "owner 2's message stays");
     assert_eq!(recv_next(&pair, &mut held, 102, 16), vec![102; 16]);
 }
+
+#[test]
+fn sweeping_watched_tags_leaves_the_others_in_ucx() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let mut held = Unclaimed::new(Some(1000));
+    held.watch(110, 1);
+    let _s: Vec<_> = [110u64, 111, 110, 110].iter().map(|&t| send(&pair, vec![t as u8; 600], t)).collect();
+    settle(&pair);
+    let over = held.sweep_watched(&pair.server);
+    assert_eq!(held.held(), (3, 1800));
+    assert_eq!((over.len(), over.first().map(|o| o.counted)), (1, Some(1200)), "{over:?}");
+    assert!(pair.server.tag_probe(111, FULL_MASK).is_some(), "another tag's message stays in UCX");
+    assert_eq!(recv_next(&pair, &mut held, 111, 600), vec![111; 600]);
+    discard_all(&pair, &mut held);
+}

@@ -48,9 +48,6 @@ impl TagRecv<'_> {
         let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
         let nbytes = buf.len();
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
-        if let (Some(ep), ucx_core::FULL_MASK) = (self.ep, self.mask) {
-            ep.watch(engine, self.tag);
-        }
         let op = Submission {
             submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
             expect: Expect::new(name, Some(nbytes)),
@@ -238,15 +235,15 @@ impl Endpoint {
         // After a close that lost a message, a message waiting now may be the one after it:
         // never hand that out.
         let lost_one = lock(&self.shared.closed_because).is_some();
-        if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag) {
+        if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK) {
             self.raise_on_error(py)?;
             self.ep(py)?;
         }
         self.recv_spinning(py, buffer, tag, None, None, spin_us)
     }
 
-    /// Counts messages that wait on `tag` against this endpoint (the tags it receives on
-    /// are counted once it has received on them; see `Worker.set_max_unclaimed_bytes`).
+    /// Counts messages that wait on `tag` against this endpoint (`Endpoint` watches its own
+    /// `msg_recv` and `ctrl_recv` tags; see `Worker.set_max_unclaimed_bytes`).
     fn watch_tag(&self, tag: u64) {
         self.shared.watch(&self.engine, tag);
     }

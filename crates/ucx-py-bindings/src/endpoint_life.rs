@@ -128,13 +128,13 @@ impl EpShared {
         self.closed.store(true, Ordering::Release);
         self.am.forget(self.handle);
         // What its peer sent that nobody received can no longer be.
-        engine.unclaimed.release(py, self.key);
+        engine.discard(py, engine.unclaimed.release(self.key));
         self.run_close_callback(py);
         closed.map_err(|e| errors::new(py, Kind::Error, format!("Error while closing endpoint: {e}")))
     }
 
     /// Counts messages waiting on `tag` against this endpoint (the cap of
-    /// [`crate::unclaimed`]); nothing once it is closed.
+    /// `ucx_core::unclaimed`); nothing once it is closed.
     pub(crate) fn watch(self: &Arc<Self>, engine: &Engine, tag: u64) {
         if lock(&self.ep).is_some() {
             engine.unclaimed.watch(tag, self.key, || Arc::downgrade(self) as Weak<dyn OpOwner>);

@@ -16,14 +16,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use ucx_core::{Inflight, Owned};
+use ucx_core::unclaimed::{Hold, Scope, DEFAULT_LIMIT};
+use ucx_core::{Inflight, Owned, ProbedMessage};
 
 use crate::buffer;
 use crate::errors::{self, End, Kind};
 use crate::outcome::{Expect, Outcome};
 use crate::sync::lock;
 use crate::target::{Target, Undelivered};
-use crate::unclaimed::Hold;
 
 /// Work a UCX callback hands to the next drain, which runs it with the GIL.
 pub(crate) type Event = Box<dyn FnOnce(&Engine, Python<'_>) + Send>;
@@ -120,7 +120,9 @@ pub(crate) struct Engine {
     pub(crate) cuda_support: bool,
     ops: Inflight<Op>,
     events: Arc<Events>,
-    /// Messages that arrived before their receive; every tag receive looks there first.
+    /// Messages that arrived before their receive, and the cap on what a peer may leave
+    /// unreceived per endpoint (`UCXPY_MAX_UNCLAIMED_BYTES`). Every tag receive looks there
+    /// first, so its sweeps may take every waiting message.
     pub(crate) unclaimed: Hold<dyn OpOwner>,
     /// Called when an operation needs progress the event loop might otherwise never give it:
     /// the blocking-mode drivers' dispatcher.
@@ -138,7 +140,7 @@ impl Engine {
             cuda_support,
             ops: Inflight::new(),
             events: Arc::default(),
-            unclaimed: Hold::new(),
+            unclaimed: Hold::new(Some(DEFAULT_LIMIT), Scope::All),
             progress_hook: Mutex::default(),
             canceled_on_error: AtomicU64::new(0),
         })
@@ -367,6 +369,19 @@ impl Engine {
         self.ops.len()
     }
 
+    /// Receives and drops `messages` (nobody can receive them any more), progressing with the
+    /// GIL released up to 100 ms each: a rendezvous whose sender is gone is never done, and is
+    /// left to UCX. Returns how many.
+    pub(crate) fn discard(&self, py: Python<'_>, messages: Vec<ProbedMessage>) -> usize {
+        let n = messages.len();
+        py.allow_threads(|| {
+            for m in messages {
+                m.discard_within(Duration::from_millis(100));
+            }
+        });
+        n
+    }
+
     /// Cancels everything in flight, progresses until UCX has finished with all of it, and
     /// discards unreceived messages (used when the context goes).
     pub(crate) fn cancel_all(&self, py: Python<'_>) {
@@ -377,7 +392,7 @@ impl Engine {
         }
         // Messages nobody will receive (e.g. a peer's close message after we aborted) are
         // taken and discarded, so UCX does not warn about them when the worker goes.
-        self.unclaimed.clear(py);
+        self.discard(py, self.unclaimed.drain());
         while let Some(msg) = self.worker.tag_probe_take(0, 0) {
             drop(msg);
         }

@@ -9,8 +9,6 @@
 //!   stream before UCX touches the memory.
 //! - [`outcome`]: what a finished operation gives Python, its name in errors, the length
 //!   check. [`target`]: where one outcome goes (asyncio future or callback).
-//!   [`unclaimed`]: the hold on messages that arrived before their receive, and the cap on
-//!   what a peer may leave unreceived per endpoint.
 //! - [`engine`]: the operations in flight (`ucx_core::Inflight`), the events UCX callbacks
 //!   queue, and the drain that delivers both after progress. It knows no endpoint type.
 //! - [`request`]: `Request`, the handle a transfer with a callback returns while in flight.
@@ -52,7 +50,6 @@ mod submit;
 mod sync;
 mod target;
 mod topology;
-mod unclaimed;
 mod wire;
 mod worker;
 

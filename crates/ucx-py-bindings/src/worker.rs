@@ -152,11 +152,11 @@ impl Worker {
 
     /// Whether a message with exactly `tag` has arrived and waits unclaimed.
     fn tag_probe(&self, tag: u64) -> bool {
-        self.engine.unclaimed.probe(&self.engine.worker, tag)
+        self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK)
     }
 
     /// Caps what a peer may leave unreceived on one endpoint: the bytes of the messages
-    /// waiting on the tags it receives on, beyond the next message of each tag. Progress
+    /// waiting on its own tags (`msg_recv`, `ctrl_recv`), beyond the next message of each. Progress
     /// counts them every 10 ms; an endpoint over the cap is closed with a logged warning, and
     /// its later operations raise `UCXEndpointClosed` saying why. `None` lifts the cap (and
     /// stops counting).
@@ -181,7 +181,7 @@ impl Worker {
     /// unexpected queue for the worker's life. Each is given up to 100 ms; one not done by
     /// then (a rendezvous whose sender is gone) is left to UCX. Returns how many.
     fn purge_unexpected(&self, py: Python<'_>, tag: u64) -> usize {
-        let held = self.engine.unclaimed.purge(py, tag);
+        let held = self.engine.discard(py, self.engine.unclaimed.take_all(tag));
         let worker = &self.engine.worker;
         held + py.allow_threads(|| {
             let mut n = 0;
