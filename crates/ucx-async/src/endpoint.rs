@@ -3,13 +3,14 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, MemoryType, RecvBuffer, SendBuffer, Submitted, WorkerAddress, FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, Submitted, WorkerAddress,
+    FULL_MASK,
 };
 
 use crate::am::AmBuffer;
@@ -17,7 +18,14 @@ use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
 use crate::op::{Completes, CompletesOwned};
-use crate::worker::Worker;
+use crate::worker::{Swept, Worker};
+
+/// The most messages closing an endpoint drops from UCX's queue on its own tags.
+const PURGE_LIMIT: usize = 1 << 20;
+
+/// How long dropping one unreceived message may progress the worker (a rendezvous whose
+/// sender is gone is never done; it is left to UCX).
+const DISCARD_LIMIT: Duration = Duration::from_millis(100);
 
 /// The handshake timeout when none is given (UCX-Py's `UCXPY_CONNECT_TIMEOUT` default).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,12 +62,52 @@ struct EndpointInner {
     ctrl_task: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl EndpointInner {
+    /// Its key in the worker's hold of unreceived messages.
+    fn key(&self) -> u64 {
+        self.core_id as u64
+    }
+
+    /// Its own receive tags (what the peer sends to it).
+    fn own_tags(&self) -> impl Iterator<Item = u64> {
+        self.tags.into_iter().flat_map(|t| [Some(t.msg_recv), t.ctrl_recv]).flatten()
+    }
+
+    /// Drops what its peer sent that nobody received (held by the worker, or still in UCX's
+    /// queue on its own tags): once the endpoint is closed nobody can, and UCX would keep it
+    /// for the worker's life.
+    fn drop_unreceived(&self) {
+        let mut dropped = self.worker.inner.unclaimed.release(self.key());
+        let core = self.worker.core();
+        for tag in self.own_tags() {
+            while dropped.len() < PURGE_LIMIT {
+                let Some(msg) = core.tag_probe_take(tag, FULL_MASK) else { break };
+                dropped.push(msg);
+            }
+        }
+        for msg in dropped {
+            msg.discard_within(DISCARD_LIMIT);
+        }
+    }
+}
+
+impl Swept for EndpointInner {
+    fn over_limit(&self, overflow: Overflow) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(tags = ?self.tags, "ucx-async: closing an endpoint because {overflow}");
+        self.state.go_down_unreceived(overflow);
+        self.core.force_close_now();
+        self.drop_unreceived();
+    }
+}
+
 impl Drop for EndpointInner {
     fn drop(&mut self) {
         if let Some(t) = self.ctrl_task.get_mut().ok().and_then(Option::take) {
             t.abort();
         }
         self.worker.inner.am.forget(self.core_id);
+        self.drop_unreceived();
     }
 }
 
@@ -165,17 +213,19 @@ impl Endpoint {
             let (w, s) = (worker.clone(), state.clone());
             tokio::spawn(async move { watch_ctrl(w, s, tag).await })
         });
-        Endpoint {
-            inner: Arc::new(EndpointInner {
-                core_id: core.id(),
-                core,
-                worker: worker.clone(),
-                tags,
-                flavour,
-                state,
-                ctrl_task: Mutex::new(ctrl_task),
-            }),
+        let inner = Arc::new(EndpointInner {
+            core_id: core.id(),
+            core,
+            worker: worker.clone(),
+            tags,
+            flavour,
+            state,
+            ctrl_task: Mutex::new(ctrl_task),
+        });
+        for tag in inner.own_tags() {
+            worker.inner.unclaimed.watch(tag, inner.key(), || Arc::downgrade(&inner) as Weak<dyn Swept>);
         }
+        Endpoint { inner }
     }
 
     /// The endpoint's tags (`None` for a worker-address endpoint made without tags).
@@ -239,7 +289,7 @@ impl Endpoint {
     /// arrived (it can still be received, as in UCX-Py); the endpoint's error otherwise.
     fn may_receive(&self, op: &'static str, tag: u64, mask: u64) -> Result<()> {
         match self.inner.state.check(op) {
-            Err(e) if self.inner.worker.core().tag_probe(tag, mask).is_none() => Err(e),
+            Err(e) if !self.inner.worker.tag_probe(tag, mask) => Err(e),
             _ => Ok(()),
         }
     }
@@ -259,7 +309,7 @@ impl Endpoint {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv", tag, mask)?;
         let bytes = buf.byte_len();
-        let s = self.inner.worker.core().tag_recv(buf, tag, mask)?;
+        let s = self.inner.worker.inner.unclaimed.recv(self.inner.worker.core(), buf, tag, mask)?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).sized(bytes);
         let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
         state.recv_finished();
@@ -287,7 +337,7 @@ impl Endpoint {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
         let bytes = buf.byte_len();
-        let op = self.inner.worker.core().tag_recv_owned(buf, tag, FULL_MASK)?;
+        let op = self.inner.worker.inner.unclaimed.recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)?;
         let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
         let mut watched = Watched::new(fut, state, Some(&self.inner.core));
         let c = (&mut watched).await?;
@@ -381,7 +431,8 @@ impl Endpoint {
 
     /// Closes gracefully: tells a UCX-Py-speaking peer (control message with our send count,
     /// so it finishes receiving what we sent), fails our pending receives with `Canceled`,
-    /// then closes the UCX endpoint with a flush (forcibly if the peer already failed).
+    /// then closes the UCX endpoint with a flush (forcibly if the peer already failed), and
+    /// drops what the peer sent on the endpoint's tags that was not received.
     pub async fn close(&self) -> Result<()> {
         let up = self.inner.state.check("close").is_ok();
         #[cfg(feature = "tracing")]
@@ -399,17 +450,20 @@ impl Endpoint {
         self.inner.state.go_down(CLOSED);
         let s = self.inner.core.close(mode)?;
         let r = Completes::new(s, &self.inner.worker.inner.signals).await;
+        self.inner.drop_unreceived();
         // A flush towards a peer that vanished meanwhile fails; the endpoint is released anyway.
         r.map(|_| ()).or_else(|e| if mode == CloseMode::Flush { Ok(()) } else { Err(e.into()) })
     }
 
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX
-    /// cancels pending sends.
+    /// cancels pending sends. What the peer sent that was not received is dropped (as by
+    /// [`Endpoint::close`]).
     pub fn abort(&self) {
         #[cfg(feature = "tracing")]
         tracing::debug!(tags = ?self.inner.tags, "ucx-async: aborting endpoint");
         self.inner.state.go_down(CLOSED);
         self.inner.core.force_close_now();
+        self.inner.drop_unreceived();
     }
 }
 

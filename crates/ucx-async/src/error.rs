@@ -56,6 +56,14 @@ pub enum Error {
         /// The message's memory type.
         memory_type: MemoryType,
     },
+    /// This side closed the endpoint because its peer left more unreceived than the worker's
+    /// cap allows ([`crate::Worker::set_max_unclaimed_bytes`]).
+    Unreceived {
+        /// The operation.
+        op: &'static str,
+        /// What was counted, against which cap.
+        overflow: ucx_core::Overflow,
+    },
     /// The listener was closed.
     ListenerClosed,
     /// The caller passed something the operation cannot take (a rank out of range, a tag or
@@ -88,6 +96,7 @@ impl Error {
         match self {
             Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::ListenerClosed => Status::Canceled,
             Error::PeerFailed { status, .. } => *status,
+            Error::Unreceived { .. } => Status::ExceedsLimit,
             Error::HandshakeTimeout { .. } => Status::TimedOut,
             Error::Protocol { .. } | Error::NoTags { .. } | Error::InvalidArgument { .. } => Status::InvalidParam,
             Error::NoAllocator { .. } => Status::Unsupported,
@@ -101,7 +110,10 @@ impl Error {
     pub fn is_disconnect(&self) -> bool {
         match self {
             Error::Rail { error, .. } => error.is_disconnect(),
-            e => matches!(e, Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. }),
+            e => matches!(
+                e,
+                Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. } | Error::Unreceived { .. }
+            ),
         }
     }
 }
@@ -112,6 +124,7 @@ impl fmt::Display for Error {
             Error::Closed { op } => write!(f, "{op}: the endpoint was closed"),
             Error::ClosedByPeer { op } => write!(f, "{op}: the peer closed the endpoint"),
             Error::PeerFailed { op, status } => write!(f, "{op}: {status} (the peer failed)"),
+            Error::Unreceived { op, overflow } => write!(f, "{op}: the endpoint was closed because {overflow}"),
             Error::HandshakeTimeout { step, after } => write!(f, "handshake: {step} took longer than {after:?}"),
             Error::Protocol { op, detail } => write!(f, "{op}: protocol violation: {detail}"),
             Error::NoTags { op } => {

@@ -5,7 +5,8 @@
 //!   (`reactor`): event (sleep on the fd), polling, adaptive.
 //! - [`Listener`] (`listener`) and [`Endpoint`] (`endpoint`): connect and accept with the
 //!   handshake (`handshake`, [`Tags`]), tag and stream messaging, flush, close, abort; failure
-//!   and close reach every pending receive; active messages the UCX-Py way (`am`: memory-type
+//!   and close reach every pending receive; what a peer leaves unreceived is capped
+//!   ([`Worker::set_max_unclaimed_bytes`]); active messages the UCX-Py way (`am`: memory-type
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
@@ -15,7 +16,8 @@
 //!   own worker and devices), [`RailListener`], which accepts groups from many clients, and
 //!   [`Split`], how a message is cut over them (shares, stages).
 //! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
-//!   handshake timeout, protocol violation, or UCX's own error); [`Result`].
+//!   closed for what the peer left unreceived, handshake timeout, protocol violation, or UCX's
+//!   own error); [`Result`].
 //!
 //! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]

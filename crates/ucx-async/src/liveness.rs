@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use ucx_core::wire::CtrlMsg;
-use ucx_core::{AmMessage, Status, FULL_MASK};
+use ucx_core::{AmMessage, Overflow, Status, FULL_MASK};
 
 use crate::error::{Error, Result};
 
@@ -19,10 +19,12 @@ use crate::reactor::Signals;
 use crate::worker::Worker;
 
 /// Why an endpoint stopped: still up, closed by us, closed by the peer (its control message),
-/// or failed with a UCX status (negative).
+/// closed by us because the peer left too much unreceived, or failed with a UCX status
+/// (negative).
 pub(crate) const UP: i8 = 0;
 pub(crate) const CLOSED: i8 = 1;
 pub(crate) const CLOSED_BY_PEER: i8 = 2;
+pub(crate) const UNRECEIVED: i8 = 3;
 
 /// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
 /// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
@@ -34,6 +36,8 @@ pub(crate) struct EpState {
     pub(crate) finished_recvs: AtomicU64,
     /// Close once this many receives have finished (the peer's `close_after_n_recv`).
     pub(crate) close_after: AtomicU64,
+    /// Set with `UNRECEIVED`: what the worker's sweep counted.
+    overflow: OnceLock<Overflow>,
     waiters: Mutex<Waiters>,
 }
 
@@ -60,12 +64,27 @@ impl EpState {
         }
     }
 
+    /// Goes down because the peer left more unreceived than the cap (`overflow`).
+    pub(crate) fn go_down_unreceived(&self, overflow: Overflow) {
+        let _ = self.overflow.set(overflow);
+        self.go_down(UNRECEIVED);
+    }
+
+    /// Whether this side took the endpoint down (a close, or the cap).
+    pub(crate) fn closed_here(down: i8) -> bool {
+        matches!(down, CLOSED | UNRECEIVED)
+    }
+
     /// `Ok` while up; the named error once down.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
         match self.down.load(Ordering::Acquire) {
             UP => Ok(()),
             CLOSED => Err(Error::Closed { op }),
             CLOSED_BY_PEER => Err(Error::ClosedByPeer { op }),
+            UNRECEIVED => Err(match self.overflow.get() {
+                Some(&overflow) => Error::Unreceived { op, overflow },
+                None => Error::Closed { op },
+            }),
             raw => Err(Error::PeerFailed { op, status: status_of(raw) }),
         }
     }
@@ -151,14 +170,14 @@ impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin
                 // Closed by us: a receive matched to a message whose tail can no longer come
                 // (the endpoint is gone) ignores the cancel too; one on an owned buffer is let
                 // go now. (A borrowed buffer is kept until UCX finishes: see `op`.)
-                if down == CLOSED && this.fut.abandon_after_close() {
+                if EpState::closed_here(down) && this.fut.abandon_after_close() {
                     return Poll::Ready(Err(this
                         .state
                         .check("Endpoint::recv")
                         .err()
                         .unwrap_or(Error::Closed { op: "Endpoint::recv" })));
                 }
-                let failed = !matches!(down, UP | CLOSED | CLOSED_BY_PEER);
+                let failed = !matches!(down, UP | CLOSED | CLOSED_BY_PEER | UNRECEIVED);
                 if failed {
                     if let Some(ep) = this.ep.take() {
                         ep.force_close_now();
@@ -191,7 +210,7 @@ impl<F> Drop for Watched<'_, F> {
 /// Waits for the peer's control message (UCX-Py's close protocol) and applies it.
 pub(crate) async fn watch_ctrl(worker: Worker, state: Arc<EpState>, tag: u64) {
     let mut buf = [0u8; CtrlMsg::LEN];
-    let Ok(s) = worker.core().tag_recv(&mut buf, tag, FULL_MASK) else { return };
+    let Ok(s) = worker.inner.unclaimed.recv(worker.core(), &mut buf, tag, FULL_MASK) else { return };
     let fut = Completes::new(s, &worker.inner.signals);
     if Watched::new(fut, &state, None).await.is_err() {
         return;

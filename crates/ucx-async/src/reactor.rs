@@ -18,6 +18,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use ucx_core::Armed;
 
+use crate::worker::Unclaimed;
+
 /// How the reactor waits for UCX.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProgressMode {
@@ -109,11 +111,26 @@ impl AsRawFd for WakeupFd {
     }
 }
 
+/// Progresses one batch, then takes down the endpoints whose peers left more unreceived than
+/// the cap (the sweep runs at most every 10 ms).
+fn progress(worker: &ucx_core::Worker, unclaimed: &Unclaimed) -> ucx_core::Batch {
+    let batch = worker.progress_batch();
+    for (ep, overflow) in unclaimed.sweep_if_due(worker) {
+        ep.over_limit(overflow);
+    }
+    batch
+}
+
 /// Runs until the task is aborted (when the last handle to the worker goes).
-pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: ProgressMode) -> io::Result<()> {
+pub(crate) async fn run(
+    worker: ucx_core::Worker,
+    signals: Arc<Signals>,
+    mode: ProgressMode,
+    unclaimed: Arc<Unclaimed>,
+) -> io::Result<()> {
     if mode == ProgressMode::Polling {
         loop {
-            worker.progress_batch();
+            progress(&worker, &unclaimed);
             tokio::task::yield_now().await;
         }
     }
@@ -130,7 +147,7 @@ pub(crate) async fn run(worker: ucx_core::Worker, signals: Arc<Signals>, mode: P
         // Spin phase (adaptive only): keep progressing while UCX is busy or recently was.
         let mut last_event = Instant::now();
         loop {
-            let batch = worker.progress_batch();
+            let batch = progress(&worker, &unclaimed);
             if batch.events > 0 {
                 last_event = Instant::now();
             }

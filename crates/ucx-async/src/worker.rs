@@ -2,7 +2,8 @@
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
-use ucx_core::{Context, Features, MemoryType};
+use ucx_core::unclaimed::{Hold, Scope, DEFAULT_LIMIT};
+use ucx_core::{Context, Features, MemoryType, Overflow};
 
 use crate::error::Result;
 
@@ -18,10 +19,22 @@ pub struct Worker {
     pub(crate) inner: Arc<WorkerInner>,
 }
 
+/// An endpoint as the worker's sweep sees it: taken down when its peer leaves more unreceived
+/// on its tags than the cap allows.
+pub(crate) trait Swept: Send + Sync {
+    fn over_limit(&self, overflow: Overflow);
+}
+
+/// What a peer leaves unreceived on its endpoint's own tags, and the cap on it. Only the
+/// watched tags are swept: receives made straight on [`Worker::core`] on other tags must not
+/// find their messages gone.
+pub(crate) type Unclaimed = Hold<dyn Swept>;
+
 pub(crate) struct WorkerInner {
     pub(crate) core: ucx_core::Worker,
     pub(crate) signals: Arc<Signals>,
     pub(crate) am: Arc<AmRouter>,
+    pub(crate) unclaimed: Arc<Unclaimed>,
     reactor: JoinHandle<std::io::Result<()>>,
     mode: ProgressMode,
 }
@@ -52,8 +65,36 @@ impl Worker {
             let router = am.clone();
             core.set_am_handler(UCXPY_AM_ID, move |msg| router.deliver(msg))?;
         }
-        let reactor = tokio::spawn(reactor::run(core.clone(), signals.clone(), mode));
-        Ok(Worker { inner: Arc::new(WorkerInner { core, signals, am, reactor, mode }) })
+        let unclaimed = Arc::new(Unclaimed::new(Some(DEFAULT_LIMIT), Scope::Watched));
+        let reactor = tokio::spawn(reactor::run(core.clone(), signals.clone(), mode, unclaimed.clone()));
+        Ok(Worker { inner: Arc::new(WorkerInner { core, signals, am, unclaimed, reactor, mode }) })
+    }
+
+    /// Caps what a peer may leave unreceived on one endpoint: the bytes of the messages
+    /// waiting on the endpoint's own tags, beyond the next message of each (a large
+    /// rendezvous sent before its receive never counts). The reactor counts them every
+    /// 10 ms; an endpoint over the cap is closed, and its operations fail with
+    /// [`Error::Unreceived`](crate::Error::Unreceived). Default 1 GiB
+    /// ([`ucx_core::unclaimed::DEFAULT_LIMIT`]); `None` lifts the cap and stops counting.
+    pub fn set_max_unclaimed_bytes(&self, limit: Option<usize>) {
+        self.inner.unclaimed.set_limit(limit);
+    }
+
+    /// The cap [`Worker::set_max_unclaimed_bytes`] set.
+    pub fn max_unclaimed_bytes(&self) -> Option<usize> {
+        self.inner.unclaimed.limit()
+    }
+
+    /// Whether a message whose tag matches `tag` under `mask` has arrived and waits to be
+    /// received: held by the worker (see [`Worker::set_max_unclaimed_bytes`]) or in UCX's
+    /// queue. (`Worker::core`'s `tag_probe` sees only the latter.)
+    pub fn tag_probe(&self, tag: u64, mask: u64) -> bool {
+        self.inner.unclaimed.probe(&self.inner.core, tag, mask)
+    }
+
+    /// How many messages the worker holds for receives still to come, and their bytes.
+    pub fn unclaimed(&self) -> (usize, usize) {
+        self.inner.unclaimed.held()
     }
 
     /// Registers how active messages of `memory_type` are allocated when they arrive by

@@ -502,12 +502,12 @@ async fn abort_fails_an_owned_receive_matched_to_an_unfinished_message() {
     let server = listener.accept().await.unwrap();
     server.recv(&mut [0u8; 1][..]).await.unwrap();
     let tag = server.tags().unwrap().msg_recv;
-    while ws.core().tag_probe(tag, ucx_async::core::FULL_MASK).is_none() {
+    while !ws.tag_probe(tag, ucx_async::core::FULL_MASK) {
         tokio::task::yield_now().await; // the head is here
     }
     let s = server.clone();
     let recv = tokio::spawn(async move { s.recv_owned(vec![0u8; SIZE]).await.map(|(_, n)| n) });
-    while ws.core().tag_probe(tag, ucx_async::core::FULL_MASK).is_some() {
+    while ws.tag_probe(tag, ucx_async::core::FULL_MASK) {
         tokio::task::yield_now().await; // matched: the head left the unexpected queue
     }
     server.abort();

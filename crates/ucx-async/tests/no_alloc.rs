@@ -35,7 +35,7 @@ async fn inline_completions_allocate_nothing() {
         client.send(&msg).await.unwrap();
         let sent = allocations() - before;
         // Let the message arrive first, so the receive completes inline.
-        while ws.core().tag_probe(tag, u64::MAX).is_none() {
+        while !ws.tag_probe(tag, u64::MAX) {
             tokio::task::yield_now().await;
         }
         let before = allocations();

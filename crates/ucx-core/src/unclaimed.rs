@@ -53,6 +53,14 @@ impl TagQueue {
     }
 }
 
+/// Adds `msg` to its tag's queue in `held`, with the next arrival number.
+fn hold(held: &mut HashMap<u64, TagQueue>, arrivals: &mut u64, msg: ProbedMessage) {
+    let queue = held.entry(msg.info().sender_tag).or_default();
+    queue.bytes += msg.info().length;
+    queue.messages.push_back((*arrivals, msg));
+    *arrivals += 1;
+}
+
 /// An owner whose held messages are over the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow {
@@ -123,6 +131,8 @@ impl Unclaimed {
     /// [`Unclaimed::take_all`].
     pub fn unwatch(&mut self, owner: u64) {
         self.watched.retain(|_, o| *o != owner);
+        let watched = &self.watched;
+        self.held.retain(|tag, q| !q.messages.is_empty() || watched.contains_key(tag));
     }
 
     /// Stops watching `owner`'s tags and takes every message held on them (to be discarded:
@@ -144,7 +154,7 @@ impl Unclaimed {
         // in arrival order, which a masked receive across tags must keep.
         for _ in 0..SWEEP_LIMIT {
             let Some(msg) = worker.tag_probe_take(0, 0) else { break };
-            self.hold(msg);
+            hold(&mut self.held, &mut self.arrivals, msg);
         }
         self.overflows()
     }
@@ -155,27 +165,23 @@ impl Unclaimed {
     /// arrival order).
     pub fn sweep_watched(&mut self, worker: &Worker) -> Vec<Overflow> {
         let mut taken = 0;
-        let tags: Vec<u64> = self.watched.keys().copied().collect();
-        for tag in tags {
+        for &tag in self.watched.keys() {
             while taken < SWEEP_LIMIT {
                 let Some(msg) = worker.tag_probe_take(tag, FULL_MASK) else { break };
-                self.hold(msg);
+                hold(&mut self.held, &mut self.arrivals, msg);
                 taken += 1;
             }
         }
         self.overflows()
     }
 
-    fn hold(&mut self, msg: ProbedMessage) {
-        let queue = self.held.entry(msg.info().sender_tag).or_default();
-        queue.bytes += msg.info().length;
-        queue.messages.push_back((self.arrivals, msg));
-        self.arrivals += 1;
-    }
-
-    /// The owners whose counted bytes are over the limit.
+    /// The owners whose counted bytes are over the limit. Allocates nothing unless some
+    /// message counts: a sweep runs beside receives that must not allocate.
     fn overflows(&self) -> Vec<Overflow> {
         let Some(limit) = self.limit else { return Vec::new() };
+        if self.held.values().all(|q| q.counted() == 0) {
+            return Vec::new();
+        }
         let mut per_owner: HashMap<u64, (usize, usize)> = HashMap::new();
         for (tag, queue) in &self.held {
             if let Some(&owner) = self.watched.get(tag) {
@@ -197,7 +203,7 @@ impl Unclaimed {
     /// receive ([`ProbedMessage::recv_into`]).
     pub fn take(&mut self, tag: u64, mask: u64) -> Option<ProbedMessage> {
         let key = if mask == FULL_MASK {
-            self.held.contains_key(&tag).then_some(tag)
+            self.holds(tag).then_some(tag)
         } else {
             // Oldest first across tags, as UCX would match a masked receive.
             self.held
@@ -210,7 +216,9 @@ impl Unclaimed {
         let queue = self.held.get_mut(&key)?;
         let (_, msg) = queue.messages.pop_front()?;
         queue.bytes -= msg.info().length;
-        if queue.messages.is_empty() {
+        // A watched tag keeps its empty queue, so holding and taking its messages allocates
+        // nothing once it has; another tag's goes (there may be a new one per message).
+        if queue.messages.is_empty() && !self.watched.contains_key(&key) {
             self.held.remove(&key);
         }
         Some(msg)
@@ -218,12 +226,12 @@ impl Unclaimed {
 
     /// Whether a message with exactly `tag` is held.
     pub fn holds(&self, tag: u64) -> bool {
-        self.held.contains_key(&tag)
+        self.held.get(&tag).is_some_and(|q| !q.messages.is_empty())
     }
 
     /// Whether a message whose tag matches `tag` under `mask` is held.
     pub fn holds_matching(&self, tag: u64, mask: u64) -> bool {
-        self.held.keys().any(|t| t & mask == tag & mask)
+        self.held.iter().any(|(t, q)| t & mask == tag & mask && !q.messages.is_empty())
     }
 
     /// Takes every held message of `tag` (to be discarded: nobody can receive them any more).
