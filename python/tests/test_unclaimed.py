@@ -1,7 +1,8 @@
 """The cap on what a peer may leave unreceived on one endpoint (``UCXPY_MAX_UNCLAIMED_BYTES``,
 ``Worker.set_max_unclaimed_bytes``): a peer over it gets its endpoint closed with the reason,
 other endpoints are untouched; messages held for a slow receiver, a large rendezvous first,
-are received whole and in order; ``none`` lifts the cap."""
+are received whole and in order; ``none`` lifts the cap. Unread stream bytes count against
+the same cap, and stream bytes held before a receive come first."""
 import asyncio
 import logging
 import time
@@ -11,6 +12,7 @@ import pytest
 
 import ucp
 from conftest import pair, run
+from ucp.pending import wait as wait_native
 
 
 def _worker():
@@ -124,3 +126,45 @@ def test_a_bad_cap_in_the_environment_is_refused(fresh_ucp, monkeypatch, value):
     monkeypatch.setenv("UCXPY_MAX_UNCLAIMED_BYTES", value)
     with pytest.raises(ValueError, match="UCXPY_MAX_UNCLAIMED_BYTES must be a number of bytes or 'none', not"):
         ucp.init()
+
+
+def test_unread_stream_bytes_count_against_the_cap(progress_mode):
+    async def main():
+        _worker().set_max_unclaimed_bytes(256 << 10)
+        lf, client, server = await pair()
+        chunk = np.ones(64 << 10, dtype="u1")
+        for _ in range(8):  # 512 KiB nobody reads
+            try:
+                await wait_native(client._ep.stream_send(chunk))
+            except ucp.exceptions.UCXBaseException:
+                break
+        await _until(server.closed, "the endpoint to close")
+        with pytest.raises(ucp.UCXEndpointClosed, match="stream bytes unread, over the limit of 262144 bytes"):
+            await server.recv(np.empty(8, dtype="u1"))
+        lf.close()
+
+    run(main())
+
+
+def test_stream_bytes_held_before_a_receive_come_first_and_in_order(progress_mode):
+    async def main():
+        lf, client, server = await pair()
+        first = np.arange(30000, dtype="u4").view("u1")  # 120 000 bytes
+        for part in (first[:100], first[100:5000], first[5000:]):
+            await wait_native(client._ep.stream_send(part))
+        await _until(lambda: server._ep.stream_backlog == first.nbytes, "the stream bytes to be held")
+        head = np.empty(50000, dtype="u1")
+        await wait_native(server._ep.stream_recv(head))
+        np.testing.assert_array_equal(head, first[:50000])
+        # More than is held: the rest of the backlog, then UCX.
+        later = np.full(4000, 7, dtype="u1")
+        rest = np.empty(first.nbytes - 50000 + later.nbytes, dtype="u1")
+        pending = wait_native(server._ep.stream_recv(rest))
+        assert server._ep.stream_backlog == 0
+        await wait_native(client._ep.stream_send(later))
+        await pending
+        np.testing.assert_array_equal(rest[: first.nbytes - 50000], first[50000:])
+        np.testing.assert_array_equal(rest[first.nbytes - 50000 :], later)
+        lf.close()
+
+    run(main())

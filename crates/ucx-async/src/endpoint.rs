@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, Submitted, WorkerAddress,
-    FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, StreamBacklog, Submitted,
+    WorkerAddress, FULL_MASK,
 };
 
 use crate::am::AmBuffer;
@@ -60,6 +60,9 @@ struct EndpointInner {
     flavour: Option<Flavour>,
     state: Arc<EpState>,
     ctrl_task: Mutex<Option<JoinHandle<()>>>,
+    /// Stream bytes that arrived before a stream receive asked for them (counted against the
+    /// worker's cap); stream receives read it first, under its lock.
+    stream: Mutex<StreamBacklog>,
 }
 
 impl EndpointInner {
@@ -71,6 +74,11 @@ impl EndpointInner {
     /// Its own receive tags (what the peer sends to it).
     fn own_tags(&self) -> impl Iterator<Item = u64> {
         self.tags.into_iter().flat_map(|t| [Some(t.msg_recv), t.ctrl_recv]).flatten()
+    }
+
+    /// Gives held stream chunks back to UCX: before the UCX endpoint closes, which they need.
+    fn clear_stream(&self) {
+        self.stream.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Drops what its peer sent that nobody received (held by the worker, or still in UCX's
@@ -96,8 +104,15 @@ impl Swept for EndpointInner {
         #[cfg(feature = "tracing")]
         tracing::warn!(tags = ?self.tags, "ucx-async: closing an endpoint because {overflow}");
         self.state.go_down_unreceived(overflow);
+        self.clear_stream();
         self.core.force_close_now();
         self.drop_unreceived();
+    }
+
+    fn fill_stream_backlog(&self) -> usize {
+        let mut backlog = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        // A failed take (the endpoint closed or failing meanwhile) leaves what was held counted.
+        backlog.fill(&self.core).unwrap_or_else(|_| backlog.bytes())
     }
 }
 
@@ -107,6 +122,7 @@ impl Drop for EndpointInner {
             t.abort();
         }
         self.worker.inner.am.forget(self.core_id);
+        self.clear_stream();
         self.drop_unreceived();
     }
 }
@@ -221,6 +237,7 @@ impl Endpoint {
             flavour,
             state,
             ctrl_task: Mutex::new(ctrl_task),
+            stream: Mutex::default(),
         });
         for tag in inner.own_tags() {
             worker.inner.unclaimed.watch(tag, inner.key(), || Arc::downgrade(&inner) as Weak<dyn Swept>);
@@ -415,11 +432,27 @@ impl Endpoint {
         self.finish("Endpoint::stream_send", s, buf.byte_len()).await
     }
 
-    /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream.
+    /// Stream bytes that arrived before a stream receive asked for them, held for the next
+    /// ones (counted against [`Worker::set_max_unclaimed_bytes`]'s cap).
+    pub fn stream_backlog(&self) -> usize {
+        self.inner.stream.lock().unwrap_or_else(|p| p.into_inner()).bytes()
+    }
+
+    /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream. Bytes that arrived
+    /// before (held by the worker's sweep) come first; into device memory they cannot, and
+    /// the receive fails with `Unsupported` saying so.
     pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_recv")?;
         let bytes = buf.byte_len();
-        let s = self.inner.core.stream_recv(buf)?;
+        let s = {
+            // Under the backlog's lock, so no sweep takes bytes between the read and the post.
+            let mut backlog = self.inner.stream.lock().unwrap_or_else(|p| p.into_inner());
+            let copied = backlog.read_into(buf)?;
+            if copied == bytes {
+                return Ok(());
+            }
+            self.inner.core.stream_recv_from(buf, copied)?
+        };
         self.finish("Endpoint::stream_recv", s, bytes).await
     }
 
@@ -448,6 +481,7 @@ impl Endpoint {
         }
         let mode = if self.inner.state.check("close").is_ok() { CloseMode::Flush } else { CloseMode::Force };
         self.inner.state.go_down(CLOSED);
+        self.inner.clear_stream();
         let s = self.inner.core.close(mode)?;
         let r = Completes::new(s, &self.inner.worker.inner.signals).await;
         self.inner.drop_unreceived();
@@ -462,6 +496,7 @@ impl Endpoint {
         #[cfg(feature = "tracing")]
         tracing::debug!(tags = ?self.inner.tags, "ucx-async: aborting endpoint");
         self.inner.state.go_down(CLOSED);
+        self.inner.clear_stream();
         self.inner.core.force_close_now();
         self.inner.drop_unreceived();
     }

@@ -115,7 +115,7 @@ impl AsRawFd for WakeupFd {
 /// the cap (the sweep runs at most every 10 ms).
 fn progress(worker: &ucx_core::Worker, unclaimed: &Unclaimed) -> ucx_core::Batch {
     let batch = worker.progress_batch();
-    for (ep, overflow) in unclaimed.sweep_if_due(worker) {
+    for (ep, overflow) in unclaimed.sweep_if_due(worker, |ep| ep.fill_stream_backlog()) {
         ep.over_limit(overflow);
     }
     batch

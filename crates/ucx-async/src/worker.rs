@@ -23,6 +23,8 @@ pub struct Worker {
 /// on its tags than the cap allows.
 pub(crate) trait Swept: Send + Sync {
     fn over_limit(&self, overflow: Overflow);
+    /// Takes the stream bytes that arrived unasked into its backlog; returns how many it holds.
+    fn fill_stream_backlog(&self) -> usize;
 }
 
 /// What a peer leaves unreceived on its endpoint's own tags, and the cap on it. Only the
@@ -72,7 +74,8 @@ impl Worker {
 
     /// Caps what a peer may leave unreceived on one endpoint: the bytes of the messages
     /// waiting on the endpoint's own tags, beyond the next message of each (a large
-    /// rendezvous sent before its receive never counts). The reactor counts them every
+    /// rendezvous sent before its receive never counts), and separately its unread stream
+    /// bytes. The reactor counts them every
     /// 10 ms; an endpoint over the cap is closed, and its operations fail with
     /// [`Error::Unreceived`](crate::Error::Unreceived). Default 1 GiB
     /// ([`ucx_core::unclaimed::DEFAULT_LIMIT`]); `None` lifts the cap and stops counting.

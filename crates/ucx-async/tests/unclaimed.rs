@@ -136,3 +136,49 @@ async fn other_tags_stay_in_ucx_and_no_cap_holds_nothing() {
     assert_eq!(receiver.recv(&mut buf[..]).await.unwrap(), 100);
     assert_eq!(buf, [2u8; 100]);
 }
+
+#[tokio::test]
+async fn unread_stream_bytes_count_against_the_cap() {
+    let (server, _l, pairs) = clients(ProgressMode::Event, 1).await;
+    server.set_max_unclaimed_bytes(Some(256 << 10));
+    let (receiver, sender) = &pairs[0];
+    let chunk = vec![1u8; 64 << 10];
+    for _ in 0..8 {
+        if sender.stream_send(&chunk[..]).await.is_err() {
+            break;
+        }
+    }
+    until("the endpoint to go down", || receiver.status().is_err()).await;
+    match receiver.stream_recv(&mut [0u8; 8][..]).await {
+        Err(Error::Unreceived { overflow, .. }) => {
+            assert!(overflow.stream && overflow.counted > 256 << 10, "{overflow:?}")
+        }
+        other => panic!("expected Error::Unreceived, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn stream_bytes_held_before_a_receive_come_first_and_in_order() {
+    let (_server, _l, pairs) = clients(ProgressMode::Event, 1).await;
+    let (receiver, sender) = &pairs[0];
+    let first: Vec<u8> = (0..120_000usize).map(|i| (i * 31) as u8).collect();
+    for part in [&first[..100], &first[100..5_000], &first[5_000..]] {
+        sender.stream_send(part).await.unwrap();
+    }
+    until("the stream bytes to be held", || receiver.stream_backlog() == first.len()).await;
+    let mut head = vec![0u8; 50_000];
+    receiver.stream_recv(&mut head[..]).await.unwrap();
+    assert!(head == first[..50_000]);
+    // More than is held: the rest of the backlog, then UCX.
+    let later = vec![7u8; 4_000];
+    let mut rest = vec![0u8; first.len() - 50_000 + later.len()];
+    let (got, sent) = tokio::join!(receiver.stream_recv(&mut rest[..]), async {
+        tokio::task::yield_now().await;
+        sender.stream_send(&later[..]).await
+    });
+    got.unwrap();
+    sent.unwrap();
+    assert!(rest[..first.len() - 50_000] == first[50_000..]);
+    assert!(rest[first.len() - 50_000..] == later[..]);
+    assert_eq!(receiver.stream_backlog(), 0);
+}

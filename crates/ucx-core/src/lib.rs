@@ -18,7 +18,8 @@
 //! - [`Inflight`] (`inflight`): operations tracked by id until their completion is taken,
 //!   for callers that cannot await each one where they submitted it (the Python bindings).
 //! - [`Unclaimed`] (`unclaimed`): messages that arrived before their receive, taken out of
-//!   UCX's unexpected queue by tag so that what a peer leaves unreceived is counted and capped.
+//!   UCX's unexpected queue by tag so that what a peer leaves unreceived is counted and capped;
+//!   [`StreamBacklog`] (`stream_backlog`): the same for an endpoint's unread stream bytes.
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
@@ -53,6 +54,7 @@ mod request;
 mod rma;
 mod sockaddr;
 mod stream;
+pub mod stream_backlog;
 mod sys;
 mod tag;
 mod text;
@@ -73,6 +75,7 @@ pub use listener::{ConnRequest, Listener};
 pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
+pub use stream_backlog::{StreamBacklog, StreamData};
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};

@@ -21,15 +21,30 @@ impl Endpoint {
     /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream
     /// (`ucp_stream_recv_nbx` with `UCP_STREAM_RECV_FLAG_WAITALL`).
     pub fn stream_recv<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B) -> Result<Submitted<'a>> {
+        self.stream_recv_from(buf, 0)
+    }
+
+    /// [`Endpoint::stream_recv`] into `buf` from byte `offset` on (the bytes before it came
+    /// from a [`crate::stream_backlog::StreamBacklog`]); the completion's length counts the
+    /// bytes after `offset`. An offset past the buffer is `InvalidParam`.
+    pub fn stream_recv_from<'a, B: RecvBuffer + ?Sized>(&self, buf: &'a mut B, offset: usize) -> Result<Submitted<'a>> {
         let ep = self.handle("ucp_stream_recv_nbx")?;
+        let Some(len) = buf.byte_len().checked_sub(offset) else {
+            return Err(crate::Error::with_detail(
+                "ucp_stream_recv_nbx",
+                crate::Status::InvalidParam,
+                "offset past the buffer",
+            ));
+        };
         let mut length = 0usize;
         let mut params = request::params(Callback::StreamRecv, buf.memory_type().for_op());
         params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
         params.flags = sys::UCP_STREAM_RECV_FLAG_WAITALL;
-        // SAFETY: the endpoint is live; buf is writable and borrowed as long as the request;
-        // `length` outlives the call, the only time UCX writes it.
+        // SAFETY: the endpoint is live; buf is writable for byte_len() bytes, so for `len`
+        // from `offset`, and borrowed as long as the request; `length` outlives the call.
         unsafe {
-            let ret = sys::ucp_stream_recv_nbx(ep, buf.as_mut_ptr().cast(), buf.byte_len(), &mut length, &params);
+            let at = buf.as_mut_ptr().add(offset);
+            let ret = sys::ucp_stream_recv_nbx(ep, at.cast(), len, &mut length, &params);
             Submitted::from_status_ptr("ucp_stream_recv_nbx", ret, self.worker(), Completion { length, sender_tag: 0 })
                 .map(|s| s.on_endpoint(self))
         }

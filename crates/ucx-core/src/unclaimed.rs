@@ -72,10 +72,20 @@ pub struct Overflow {
     pub messages: usize,
     /// The limit it is over.
     pub limit: usize,
+    /// Whether it is the owner's unread stream bytes (`counted`; `messages` is 0) rather
+    /// than tag messages.
+    pub stream: bool,
 }
 
 impl std::fmt::Display for Overflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stream {
+            return write!(
+                f,
+                "the peer left {} stream bytes unread, over the limit of {} bytes",
+                self.counted, self.limit
+            );
+        }
         write!(
             f,
             "the peer left {} messages unreceived, counting {} bytes beyond the next one of each tag, over the \
@@ -193,7 +203,7 @@ impl Unclaimed {
         let mut over: Vec<Overflow> = per_owner
             .into_iter()
             .filter(|(_, (counted, _))| *counted > limit)
-            .map(|(owner, (counted, messages))| Overflow { owner, counted, messages, limit })
+            .map(|(owner, (counted, messages))| Overflow { owner, counted, messages, limit, stream: false })
             .collect();
         over.sort_by_key(|o| o.owner);
         over
@@ -375,7 +385,13 @@ impl<O: ?Sized> Hold<O> {
     }
 
     /// Sweeps if one is due; returns the owners over the cap, for the caller to close.
-    pub fn sweep_if_due(&self, worker: &Worker) -> Vec<(std::sync::Arc<O>, Overflow)> {
+    /// `stream_bytes` fills an owner's [`crate::StreamBacklog`] and says how many bytes it
+    /// holds, which the same cap bounds (it must not call back into this hold).
+    pub fn sweep_if_due(
+        &self,
+        worker: &Worker,
+        mut stream_bytes: impl FnMut(&O) -> usize,
+    ) -> Vec<(std::sync::Arc<O>, Overflow)> {
         let mut state = self.lock();
         let now = std::time::Instant::now();
         if !state.held.is_watching() || now < state.next_sweep {
@@ -386,9 +402,19 @@ impl<O: ?Sized> Hold<O> {
             Scope::All => state.held.sweep(worker),
             Scope::Watched => state.held.sweep_watched(worker),
         };
-        over.into_iter()
+        let mut over: Vec<_> = over
+            .into_iter()
             .filter_map(|o| state.owners.get(&o.owner).and_then(std::sync::Weak::upgrade).map(|w| (w, o)))
-            .collect()
+            .collect();
+        let Some(limit) = state.held.limit() else { return over };
+        for (&key, owner) in &state.owners {
+            let Some(owner) = owner.upgrade() else { continue };
+            let counted = stream_bytes(&owner);
+            if counted > limit && !over.iter().any(|(_, o)| o.owner == key) {
+                over.push((owner, Overflow { owner: key, counted, messages: 0, limit, stream: true }));
+            }
+        }
+        over
     }
 
     /// Stops watching owner `key`'s tags and takes what is held on them (to be discarded).

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use ucx_core::{wire, AmSendOptions, EndpointParams, MemoryType, Owned, SendBuffer, FULL_MASK};
+use ucx_core::{wire, AmSendOptions, Completion, EndpointParams, MemoryType, Owned, SendBuffer, Submitted, FULL_MASK};
 
 use crate::am::AmQueues;
 use crate::buffer::PyBuf;
@@ -248,6 +248,13 @@ impl Endpoint {
         self.shared.watch(&self.engine, tag);
     }
 
+    /// Stream bytes that arrived before a stream receive asked for them, held for the next
+    /// ones (counted against `Worker.set_max_unclaimed_bytes`'s cap).
+    #[getter]
+    fn stream_backlog(&self) -> usize {
+        lock(&self.shared.stream).bytes()
+    }
+
     /// Sends `buffer` on the stream API.
     #[pyo3(signature = (buffer, on_done = None, name = None))]
     fn stream_send(
@@ -274,11 +281,20 @@ impl Endpoint {
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let ep = self.ep(py)?;
-        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let mut buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let nbytes = buf.len();
         let name = self.name("Stream recv", None, nbytes, name);
-        let submitted = Owned::submit(Box::new(buf), true, |b| ep.stream_recv(b));
-        self.track(py, submitted, Expect { stream_recv: true, ..Expect::new(name, Some(nbytes)) }, on_done)
+        // Bytes held from before come first; UCX gives the rest. Under the backlog's lock, so
+        // no sweep takes bytes between the two.
+        let mut backlog = lock(&self.shared.stream);
+        let copied = backlog.read_into(&mut buf).map_err(|e| errors::from_core(py, &e))?;
+        let submitted = Owned::submit(Box::new(buf), true, |b| match copied == nbytes {
+            true => Ok(Submitted::Done(Completion { length: 0, sender_tag: 0 })),
+            false => ep.stream_recv_from(b, copied),
+        });
+        drop(backlog);
+        let expect = Expect { stream_recv: true, ..Expect::new(name, Some(nbytes - copied)) };
+        self.track(py, submitted, expect, on_done)
     }
 
     /// Sends `buffer` as an active message to UCX-Py's handler, with its memory type.

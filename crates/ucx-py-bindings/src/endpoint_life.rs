@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use ucx_core::{CloseMode, EndpointParams, Status, Submitted};
+use ucx_core::{CloseMode, EndpointParams, Status, StreamBacklog, Submitted};
 
 use crate::am::AmQueues;
 use crate::engine::{Engine, OpOwner};
@@ -39,6 +39,9 @@ pub(crate) struct EpShared {
     /// Set once `close` has finished: a failure reported after that is not news to anyone.
     closed: AtomicBool,
     pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
+    /// Stream bytes that arrived before a stream receive asked for them (counted against the
+    /// cap); stream receives read it first, under its lock.
+    pub(crate) stream: Mutex<StreamBacklog>,
 }
 
 impl EpShared {
@@ -76,6 +79,7 @@ impl EpShared {
             closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             close_callback: Mutex::new(None),
+            stream: Mutex::default(),
         });
         let _ = me.set(Arc::downgrade(&shared));
         Ok(shared)
@@ -111,6 +115,8 @@ impl EpShared {
     /// later operations on it report.
     pub(crate) fn close(&self, engine: &Engine, py: Python<'_>, why: Option<String>) -> PyResult<()> {
         let Some(ep) = lock(&self.ep).take() else { return Ok(()) };
+        // Held stream chunks go back to UCX while the endpoint still exists.
+        lock(&self.stream).clear();
         let forced = why.is_some();
         if forced {
             *lock(&self.closed_because) = why;
@@ -166,6 +172,13 @@ impl OpOwner for EpShared {
         if let Err(e) = self.close(engine, py, Some(why.to_string())) {
             e.write_unraisable(py, None);
         }
+    }
+
+    fn fill_stream_backlog(&self) -> usize {
+        let Some(ep) = lock(&self.ep).clone() else { return 0 };
+        let mut backlog = lock(&self.stream);
+        // A failed take (the endpoint failing meanwhile) leaves what was held counted.
+        backlog.fill(&ep).unwrap_or_else(|_| backlog.bytes())
     }
 
     fn over_unclaimed_limit(&self, engine: &Engine, py: Python<'_>, overflow: &ucx_core::Overflow) {

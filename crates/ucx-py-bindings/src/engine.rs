@@ -59,6 +59,8 @@ pub(crate) trait OpOwner: Send + Sync {
     fn lost_message(&self, engine: &Engine, py: Python<'_>);
     /// Its peer left more unreceived than the cap allows: close it, saying why.
     fn over_unclaimed_limit(&self, engine: &Engine, py: Python<'_>, overflow: &ucx_core::Overflow);
+    /// Takes the stream bytes that arrived unasked into its backlog; returns how many it holds.
+    fn fill_stream_backlog(&self) -> usize;
 }
 
 /// A closure that takes an operation's outcome in place of a Python target.
@@ -255,7 +257,7 @@ impl Engine {
         let batch = py.allow_threads(|| worker.progress_batch());
         let delivered = self.drain(py);
         // Closing runs Python (the close callback), so after the hold's lock is let go.
-        for (owner, overflow) in self.unclaimed.sweep_if_due(&self.worker) {
+        for (owner, overflow) in self.unclaimed.sweep_if_due(&self.worker, |o| o.fill_stream_backlog()) {
             owner.over_unclaimed_limit(self, py, &overflow);
         }
         (delivered, batch.idle)

@@ -156,7 +156,8 @@ impl Worker {
     }
 
     /// Caps what a peer may leave unreceived on one endpoint: the bytes of the messages
-    /// waiting on its own tags (`msg_recv`, `ctrl_recv`), beyond the next message of each. Progress
+    /// waiting on its own tags (`msg_recv`, `ctrl_recv`), beyond the next message of each,
+    /// and separately its unread stream bytes. Progress
     /// counts them every 10 ms; an endpoint over the cap is closed with a logged warning, and
     /// its later operations raise `UCXEndpointClosed` saying why. `None` lifts the cap (and
     /// stops counting).
