@@ -11,7 +11,8 @@ With --cap BYTES, the flood instead goes on while the endpoint stays open, again
 whose UCXPY_MAX_UNCLAIMED_BYTES is BYTES: the server must close the endpoint before the
 client is done, and its RSS must grow by at most twice the cap plus --max-rss-over MiB (UCX
 keeps a 4 KiB eager message in about 8 KiB: 1 GiB of them unreceived took 2 060 MiB).
-`--cap none` shows what happens without one (expect a failure).
+`--cap none` shows what happens without one (expect a failure). `--stream` floods the
+endpoint's stream instead of its tag (bytes nobody reads).
 
     python scripts/flood.py --cap 67108864 --messages 262144   # 1 GiB offered, 64 MiB cap
 
@@ -90,8 +91,9 @@ async def serve(args):
     print("flood: passed")
 
 
-def capped_client(port, messages, size, report):
+def capped_client(port, messages, size, report, stream):
     import ucp
+    from ucp.pending import wait
 
     async def main():
         ep = await ucp.create_endpoint("127.0.0.1", port)
@@ -99,7 +101,10 @@ def capped_client(port, messages, size, report):
         sent = 0
         try:
             for _ in range(messages):
-                await ep.send(flood)
+                if stream:
+                    await wait(ep._ep.stream_send(flood))
+                else:
+                    await ep.send(flood)
                 sent += 1
         except ucp.exceptions.UCXBaseException:
             pass  # the server closed the endpoint, as it should
@@ -113,8 +118,7 @@ async def serve_capped(args):
     """The flood on an open endpoint, against the cap."""
     import ucp
 
-    if args.cap != "none":
-        os.environ["UCXPY_MAX_UNCLAIMED_BYTES"] = args.cap
+    os.environ["UCXPY_MAX_UNCLAIMED_BYTES"] = args.cap
     closed = asyncio.get_running_loop().create_future()
     peak = [0.0]
 
@@ -132,8 +136,9 @@ async def serve_capped(args):
     report = spawn.Queue()
     baseline = rss_mib()
     offered = args.messages * args.size
-    print(f"flood: {args.messages} x {args.size} B ({offered / 2**20:.0f} MiB) offered on an open endpoint; cap {cap} B; server RSS before: {baseline:.0f} MiB")
-    proc = spawn.Process(target=capped_client, args=(lf.port, args.messages, args.size, report), daemon=True)
+    what = "stream sends" if args.stream else "messages"
+    print(f"flood: {args.messages} {what} x {args.size} B ({offered / 2**20:.0f} MiB) offered on an open endpoint; cap {cap} B; server RSS before: {baseline:.0f} MiB")
+    proc = spawn.Process(target=capped_client, args=(lf.port, args.messages, args.size, report, args.stream), daemon=True)
     proc.start()
     sent = await asyncio.get_running_loop().run_in_executor(None, report.get, True, args.timeout)
     await asyncio.get_running_loop().run_in_executor(None, proc.join, args.timeout)
@@ -157,6 +162,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=120, help="seconds allowed per cycle")
     parser.add_argument("--cap", help="flood an open endpoint against this UCXPY_MAX_UNCLAIMED_BYTES instead")
     parser.add_argument("--max-rss-over", type=float, default=64, help="with --cap: MiB of RSS growth allowed beyond the cap")
+    parser.add_argument("--stream", action="store_true", help="with --cap: flood the endpoint's stream, not its tag")
     args = parser.parse_args()
     if args.cap is not None:
         os.environ.setdefault("UCX_NET_DEVICES", "lo")

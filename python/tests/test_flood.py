@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -18,10 +20,11 @@ def test_unread_messages_of_closed_endpoints_do_not_accumulate():
     assert report.count("after close") == 4, report
 
 
-def test_a_flood_of_an_open_endpoint_is_cut_off_at_the_cap():
+@pytest.mark.parametrize("how", [["--messages", "65536"], ["--stream", "--messages", "4096", "--size", "65536"]], ids=["tag", "stream"])
+def test_a_flood_of_an_open_endpoint_is_cut_off_at_the_cap(how):
     # 256 MiB offered against a 16 MiB cap.
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "flood.py"), "--cap", str(16 << 20), "--messages", "65536"],
+        [sys.executable, str(ROOT / "scripts" / "flood.py"), "--cap", str(16 << 20), *how],
         capture_output=True, text=True, timeout=300,
     )
     report = "\n".join(line for line in out.stdout.splitlines() if line.startswith("flood:"))
