@@ -278,13 +278,48 @@ def _resolve(host):
     return infos[0][4][0]
 
 
+# How often a listener looks for connections that make UCX's connection manager spin.
+_GUARD_INTERVAL = 1.0
+
+
+async def _guard(listener_ref):
+    """Once a second, lets go of connections to the listener's port that made UCX 1.22's
+    connection manager spin (garbage, then close; README, Reliability). Ends with the
+    listener."""
+    while True:
+        await asyncio.sleep(_GUARD_INTERVAL)
+        listener = listener_ref()
+        if listener is None or listener._b is None or listener.closed():
+            return
+        try:
+            n = listener._b.release_stuck_connections()
+        except RuntimeError as e:
+            logger.warning("The listener on port %d stops looking for stuck connections: %s", listener.port, e)
+            return
+        if n:
+            logger.warning(
+                "Let go of %d connection(s) to port %d that made UCX's connection manager spin "
+                "(garbage, then close)", n, listener.port,
+            )
+        del listener
+
+
 class Listener:
     """A listening socket; ``close()`` or garbage collection stops it (endpoints already made
-    stay open)."""
+    stay open). Unless ``UCXPY_LISTENER_GUARD=0``, a task on the event loop lets go of
+    connections that make UCX's connection manager spin (see ``_guard``)."""
 
     def __init__(self, backend, ctx=None):
         self._b = backend
         self._ctx = ctx
+        self._guard = None
+        if os.environ.get("UCXPY_LISTENER_GUARD", "1") != "0":
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass  # no loop to run on: created outside one
+            else:
+                self._guard = loop.create_task(_guard(weakref.ref(self)))
 
     def closed(self):
         return self._b.closed()
@@ -300,6 +335,9 @@ class Listener:
 
     def close(self):
         """Stops listening."""
+        if self._guard is not None:
+            self._guard.cancel()
+            self._guard = None
         if self._b is not None:
             self._b.close()
             self._ctx = None

@@ -23,6 +23,38 @@ pub struct Listener {
     requests: Mutex<mpsc::UnboundedReceiver<ConnRequest>>,
     flavour: Flavour,
     options: ConnectOptions,
+    /// Once a second, lets go of connections that make UCX's connection manager spin
+    /// (`ucx_core::stuck_connections`).
+    guard: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.guard.abort();
+    }
+}
+
+/// How often a listener's guard looks for connections that make UCX spin.
+const GUARD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs a listener's guard on `port` until aborted.
+async fn guard(port: u16) {
+    let mut stuck = ucx_core::StuckConnections::new(port);
+    loop {
+        tokio::time::sleep(GUARD_INTERVAL).await;
+        match stuck.check() {
+            #[cfg(feature = "tracing")]
+            Ok(n) if n > 0 => {
+                tracing::warn!(port, n, "ucx-async: let go of connections that made UCX's connection manager spin")
+            }
+            Ok(_) => {}
+            Err(_e) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(port, error = %_e, "ucx-async: the listener's guard stopped");
+                return;
+            }
+        }
+    }
 }
 
 impl Listener {
@@ -41,7 +73,8 @@ impl Listener {
             let _ = tx.send(req);
             signals.wake();
         })?;
-        Ok(Listener { core, worker: worker.clone(), requests: Mutex::new(rx), flavour, options })
+        let guard = tokio::spawn(guard(core.local_addr().port()));
+        Ok(Listener { core, worker: worker.clone(), requests: Mutex::new(rx), flavour, options, guard })
     }
 
     /// The bound address and port.

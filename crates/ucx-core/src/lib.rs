@@ -20,6 +20,8 @@
 //! - [`Unclaimed`] (`unclaimed`): messages that arrived before their receive, taken out of
 //!   UCX's unexpected queue by tag so that what a peer leaves unreceived is counted and capped;
 //!   [`StreamBacklog`] (`stream_backlog`): the same for an endpoint's unread stream bytes.
+//! - [`StuckConnections`] (`stuck_connections`): lets go of connections to a listener's port
+//!   that make UCX 1.22's connection manager spin (garbage, then close).
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
@@ -55,6 +57,7 @@ mod rma;
 mod sockaddr;
 mod stream;
 pub mod stream_backlog;
+pub mod stuck_connections;
 mod sys;
 mod tag;
 mod text;
@@ -76,6 +79,7 @@ pub use owned::Owned;
 pub use request::{Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use stream_backlog::{StreamBacklog, StreamData};
+pub use stuck_connections::StuckConnections;
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};

@@ -15,6 +15,8 @@ use crate::sync::lock;
 pub(crate) struct Listener {
     inner: Mutex<Option<ucx_core::Listener>>,
     addr: SocketAddr,
+    /// Connections on the port that make UCX's connection manager spin (`ucx_core::stuck_connections`).
+    stuck: Mutex<ucx_core::StuckConnections>,
 }
 
 impl Listener {
@@ -42,12 +44,22 @@ impl Listener {
         })
         .map_err(|e| errors::from_core(py, &e))?;
         let addr = listener.local_addr();
-        Ok(Listener { inner: Mutex::new(Some(listener)), addr })
+        let stuck = Mutex::new(ucx_core::StuckConnections::new(addr.port()));
+        Ok(Listener { inner: Mutex::new(Some(listener)), addr, stuck })
     }
 }
 
 #[pymethods]
 impl Listener {
+    /// Lets go of connections to this port that have made UCX 1.22's connection manager spin
+    /// since the last call (garbage, then close; see `ucx_core::stuck_connections`). Call it
+    /// about once a second; returns how many.
+    fn release_stuck_connections(&self, py: Python<'_>) -> PyResult<usize> {
+        let stuck = &self.stuck;
+        py.allow_threads(|| lock(stuck).check())
+            .map_err(|e| PyRuntimeError::new_err(format!("checking the listener's connections: {e}")))
+    }
+
     /// The bound port.
     #[getter]
     fn port(&self) -> u16 {
