@@ -71,7 +71,7 @@ def _garbage_then(guard):
         time.sleep(0.2)  # UCX's CM thread takes the garbage, then spins
         client = subprocess.run([sys.executable, "-c", CLIENT, str(port)], capture_output=True, text=True, timeout=60)
         assert client.returncode == 0 and "echoed" in client.stdout, client.stderr[-2000:]
-        time.sleep(2.8)  # the guard checks once a second and acts on its second sighting
+        time.sleep(2.8)  # the guard checks once a second and acts on its second busy sighting
         later = busy_fraction(server.pid, 2.0)
     finally:
         server.kill()

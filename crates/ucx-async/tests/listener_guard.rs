@@ -41,8 +41,9 @@ async fn garbage_on_the_port_stops_spinning_and_clients_are_served() {
         s.write_all(&[0xab; 4096]).unwrap();
     }
     let spinning = busy(Duration::from_millis(700)).await;
-    // The guard checks once a second and lets go on its second sighting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The guard checks once a second and lets go on its second busy sighting (about 3 s
+    // after the listener was made).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let after = busy(Duration::from_millis(1500)).await;
     let client = Worker::new(&ctx, ProgressMode::Event).unwrap();
     let (accepted, connected) = tokio::join!(listener.accept(), Endpoint::connect(&client, addr));
