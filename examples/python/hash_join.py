@@ -20,12 +20,13 @@ from ucp.collective import Communicator
 def mix(x):
     """splitmix64's finalizer on a uint64 array (wrapping, as the Rust example's `mix`)."""
     x = x.astype(np.uint64, copy=True)
+    shifted = np.empty_like(x)  # one scratch array for the three shifts, not three temporaries
     with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
+        x ^= np.right_shift(x, np.uint64(30), out=shifted)
         x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
+        x ^= np.right_shift(x, np.uint64(27), out=shifted)
         x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
+        x ^= np.right_shift(x, np.uint64(31), out=shifted)
     return x
 
 
@@ -41,7 +42,9 @@ def partition(keys, payload, ranks):
     dest = mix(keys ^ np.uint64(0x5EED)) % np.uint64(ranks)
     rows = np.empty((len(keys), 2), dtype="<u8")
     rows[:, 0], rows[:, 1] = keys, payload
-    return [rows[dest == r].tobytes() for r in range(ranks)]
+    # Each row as one 16-byte item: selecting items is 1.7x faster than selecting 2-D rows.
+    items = rows.view("V16").ravel()
+    return [items[dest == r].tobytes() for r in range(ranks)]
 
 
 def join(lk, lp, rk, rp):
@@ -54,8 +57,7 @@ def join(lk, lp, rk, rp):
     lk, lp = lk[order], lp[order]
     order = np.argsort(rk)
     rk, rp = rk[order], rp[order]
-    lo, hi = np.searchsorted(lk, rk, "left"), np.searchsorted(lk, rk, "right")
-    counts = hi - lo
+    lo, counts = _matches(lk, rk)
     pairs = int(counts.sum())
     if pairs == 0:
         return 0, 0
@@ -68,8 +70,33 @@ def join(lk, lp, rk, rp):
     return pairs, checksum
 
 
+def _matches(lk, rk):
+    """For each right key (both sides sorted): where its matches start among the left keys,
+    and how many there are.
+
+    Keys in a range at most twice the rows (these tables' at 2 ranks) are counted per key and
+    looked up directly. Otherwise one binary search per right key among the distinct left keys
+    (runs of equal keys found in one pass), not two among all of them. Against the two
+    searches, at 1 M rows a side: 38 -> 13 ms (direct) and 38 -> 27 ms (runs); the direct
+    table costs 16 bytes per key of the range, hence the bound."""
+    if len(lk) == 0:
+        return np.zeros(len(rk), dtype=np.intp), np.zeros(len(rk), dtype=np.intp)
+    span = int(lk[-1]) + 1
+    if span <= 2 * (len(lk) + len(rk)):
+        per_key = np.bincount(lk.astype(np.intp), minlength=span)
+        first = np.cumsum(per_key) - per_key  # lk is sorted: a key's rows follow the smaller keys'
+        inside = rk < np.uint64(span)
+        at = np.where(inside, rk, 0).astype(np.intp)
+        return first[at], np.where(inside, per_key[at], 0)
+    run_start = np.flatnonzero(np.concatenate(([True], lk[1:] != lk[:-1])))
+    keys = lk[run_start]
+    run_len = np.diff(np.append(run_start, len(lk)))
+    at = np.minimum(np.searchsorted(keys, rk), len(keys) - 1)
+    return run_start[at], np.where(keys[at] == rk, run_len[at], 0)
+
+
 def columns(parts):
-    rows = np.frombuffer(b"".join(bytes(p) for p in parts), dtype="<u8").reshape(-1, 2)
+    rows = np.concatenate([np.frombuffer(p, dtype="<u8") for p in parts]).reshape(-1, 2)
     return rows[:, 0].astype(np.uint64), rows[:, 1].astype(np.uint64)
 
 
