@@ -1,6 +1,6 @@
 //! The async [`Listener`]: accepts connections and runs the server side of the handshake,
 //! one connection at a time ([`Listener::accept`]) or concurrently as a stream
-//! ([`Listener::incoming`]).
+//! ([`Listener::incoming`]), and guards its port against UCX's connection-manager spin.
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,7 +16,9 @@ use crate::error::{Error, Result};
 use crate::endpoint::{ConnectOptions, Endpoint};
 use crate::worker::Worker;
 
-/// Listens on a socket address; [`Listener::accept`] yields handshaken endpoints.
+/// Listens on a socket address; [`Listener::accept`] yields handshaken endpoints. While it
+/// lives, a task lets go of connections that make UCX 1.22's connection manager spin
+/// ([`ucx_core::StuckConnections`], once a second).
 pub struct Listener {
     core: ucx_core::Listener,
     worker: Worker,
