@@ -46,7 +46,6 @@ pub fn run(max: usize, cap: usize, ours_args: &[String]) -> Vec<Row> {
     if pt.is_none() {
         eprintln!("bench: no ucx_perftest found (set UCX_PERFTEST); sweeping ucx-async only");
     }
-    let mut port = 20_000 + (std::process::id() % 20_000) as u16;
     let mut rows = Vec::new();
     for size in sizes(max) {
         let started = Instant::now();
@@ -55,10 +54,9 @@ pub fn run(max: usize, cap: usize, ours_args: &[String]) -> Vec<Row> {
             cmd.args(["-t", test, "-s", &size.to_string(), "-n", &n.to_string()]).args(ours_args);
             field(&output(cmd), key)
         };
-        let mut theirs = |test: &str, n: usize, column: usize| {
+        let theirs = |test: &str, n: usize, column: usize| {
             let (bin, lib) = pt.as_ref()?;
-            port += 1;
-            perftest_point(bin, lib, port, test, size, n, column)
+            perftest_point(bin, lib, free_port()?, test, size, n, column)
         };
         let (nl, nb) = (lat_iters(size).min(cap), bw_iters(size).min(cap));
         let row = Row {
@@ -92,6 +90,13 @@ fn output(mut cmd: Command) -> String {
 fn field(out: &str, key: &str) -> Option<f64> {
     let line = out.lines().find(|l| l.starts_with("RESULT "))?;
     line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// A port nothing listens on now, from the kernel. (A port derived from the process id
+/// collided in CI with another test's server: the client then measured the wrong peer, or
+/// nothing.)
+fn free_port() -> Option<u16> {
+    Some(std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port())
 }
 
 /// One `ucx_perftest` point over `lo`: column `column` (0-based, after "Final:") of the
