@@ -18,11 +18,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ucx_async::collective::{Bounce, DataPath};
-use ucx_async::core::Context;
 use ucx_async::{Communicator, ProgressMode, Worker};
 
 const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling|adaptive]
-                [--path auto|direct|buffered] [--batch BYTES]
+                [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --max-size
 (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
@@ -30,6 +29,8 @@ alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --m
 adaptive. --path: how parts travel (default auto: direct here, as there is no RDMA network);
 buffered sends batches of --batch bytes (default 1 MiB) through the bounce pool.
 Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.
+--net-devices auto: each rank uses the network devices nearest its local rank's GPU (else its
+CPUs), unless UCX_NET_DEVICES is set.
 
 alltoall --plot-from FILE --plot OUT.svg: no run; plots FILE's lines `SIZE GBPS NAME...`
 (scripts/bench_alltoall.sh writes them, for ours and MPI) as throughput against size.";
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
         return launch::run_ranks("alltoall", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(max, iters, mode, path, bounce)) {
+    match rt.block_on(rank_main(max, iters, mode, path, bounce, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
@@ -74,8 +75,9 @@ async fn rank_main(
     mode: ProgressMode,
     path: DataPath,
     bounce: Bounce,
+    args: &[String],
 ) -> ucx_async::Result<()> {
-    let ctx = Context::builder().build()?;
+    let ctx = launch::rank_context(args, USAGE)?;
     let worker = Worker::new(&ctx, mode)?;
     let mut comm = Communicator::from_env(&worker).await?;
     comm.set_data_path(path);

@@ -16,15 +16,16 @@ mod usage;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ucx_async::core::Context;
 use ucx_async::{Communicator, ProgressMode, Worker};
 
-const USAGE: &str = "usage: hash_join [--ranks N] [--rows R]
+const USAGE: &str = "usage: hash_join [--ranks N] [--rows R] [--net-devices auto]
 
 A distributed hash join: N rank processes partition two tables of R rows each by key,
 exchange the partitions with alltoallv and join locally; rank 0 checks the result against a
 single-process join and prints the time per phase. Without RANK/WORLD_SIZE/MASTER_ADDR/
-MASTER_PORT in the environment it starts the N ranks itself on 127.0.0.1.";
+MASTER_PORT in the environment it starts the N ranks itself on 127.0.0.1. --net-devices auto:
+each rank uses the network devices nearest its local rank's GPU (else its CPUs), unless
+UCX_NET_DEVICES is set.";
 
 const ROW: usize = 16; // key: u64, payload: u64, little-endian
 
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
         return launch::run_ranks("hash_join", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(rows)) {
+    match rt.block_on(rank_main(rows, &args)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -122,8 +123,8 @@ fn rows_of(bytes: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
     })
 }
 
-async fn rank_main(rows: usize) -> ucx_async::Result<bool> {
-    let ctx = Context::builder().build()?;
+async fn rank_main(rows: usize, args: &[String]) -> ucx_async::Result<bool> {
+    let ctx = launch::rank_context(args, USAGE)?;
     let worker = Worker::new(&ctx, ProgressMode::Event)?;
     let comm = Communicator::from_env(&worker).await?;
     let (rank, ranks) = (comm.rank(), comm.size());

@@ -14,8 +14,37 @@ pub fn number_option(args: &[String], name: &str, usage: &str) -> Option<usize> 
     }
 }
 
-/// Runs `ranks` copies of this program with `RANK`, `WORLD_SIZE`, `MASTER_ADDR=127.0.0.1` and
-/// a free `MASTER_PORT` (and `UCX_NET_DEVICES=lo` unless set), and waits for them all.
+/// The context a rank's worker runs on. `--net-devices auto`: `UCX_NET_DEVICES` from the
+/// devices nearest the GPU of this rank's local rank, else nearest its CPUs
+/// (`Topology::auto_net_devices`, the rule Python's `net_devices="auto"` uses), unless
+/// `UCX_NET_DEVICES` is set (the user's choice wins). Says what it chose on stderr.
+#[allow(dead_code)] // multirail builds its own contexts per rail
+pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async::core::Context> {
+    let mut builder = ucx_async::core::Context::builder();
+    let Some(i) = args.iter().position(|a| a == "--net-devices") else { return Ok(builder.build()?) };
+    if args.get(i + 1).map(String::as_str) != Some("auto") {
+        eprintln!("--net-devices takes `auto`\n\n{usage}");
+        std::process::exit(2);
+    }
+    let rank = std::env::var("RANK").unwrap_or_default();
+    if let Ok(set) = std::env::var("UCX_NET_DEVICES") {
+        eprintln!("rank {rank}: UCX_NET_DEVICES={set} is set, so --net-devices auto leaves it");
+        return Ok(builder.build()?);
+    }
+    let local = ucx_async::Launch::local_rank()?;
+    match ucx_topology::Topology::system().and_then(|t| t.auto_net_devices(local as u32)) {
+        Ok(devices) => {
+            eprintln!("rank {rank}: UCX_NET_DEVICES={devices} (auto, local rank {local})");
+            builder = builder.option("NET_DEVICES", devices.to_string());
+        }
+        Err(e) => eprintln!("rank {rank}: --net-devices auto chose nothing ({e}); UCX picks its own"),
+    }
+    Ok(builder.build()?)
+}
+
+/// Runs `ranks` copies of this program with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR=127.0.0.1` and
+/// a free `MASTER_PORT` (and `UCX_NET_DEVICES=lo` unless set or `--net-devices` given), and
+/// waits for them all.
 #[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
     // A free port for rank 0's listener (released here, bound again by rank 0 at once).
@@ -30,11 +59,12 @@ pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
     let children: Vec<_> = (0..ranks)
         .map(|r| {
             let mut cmd = Command::new(&exe);
-            if std::env::var_os("UCX_NET_DEVICES").is_none() {
+            if std::env::var_os("UCX_NET_DEVICES").is_none() && !args.iter().any(|a| a == "--net-devices") {
                 cmd.env("UCX_NET_DEVICES", "lo"); // the ranks meet on 127.0.0.1
             }
             cmd.args(&args[1..])
                 .env("RANK", r.to_string())
+                .env("LOCAL_RANK", r.to_string())
                 .env("WORLD_SIZE", ranks.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())

@@ -71,6 +71,28 @@ fn hash_join_on_three_ranks_matches_the_single_process_join() {
     assert!(stdout.contains("RESULT pairs=") && stdout.contains("matches the single-process join"), "{stdout}");
 }
 
+#[test]
+fn hash_join_net_devices_auto_leaves_a_set_ucx_net_devices_and_refuses_other_values() {
+    // UCX_NET_DEVICES=lo is set, so the ranks stay on loopback and say so; the rule itself
+    // (`Topology::auto_net_devices`) is tested on the DGX XML in ucx-topology.
+    let path = example("hash_join").expect("example hash_join: run `cargo test -p ucx-async`");
+    let run = |value: &str| {
+        Command::new(&path)
+            .args(["--ranks", "2", "--rows", "2000", "--net-devices", value])
+            .env_remove("RANK")
+            .env("UCX_NET_DEVICES", "lo")
+            .output()
+            .expect("run hash_join")
+    };
+    let out = run("auto");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("matches the single-process join"), "{stdout}\n{stderr}");
+    assert_eq!(stderr.matches("UCX_NET_DEVICES=lo is set, so --net-devices auto leaves it").count(), 2, "{stderr}");
+    let out = run("eth9");
+    assert!(!out.status.success(), "{:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--net-devices takes `auto`"));
+}
+
 #[cfg(feature = "cuda")]
 #[test]
 fn echo_cuda_answers_help() {

@@ -92,6 +92,13 @@ impl Topology {
         Ok(self.inner.net_devices(&origin(pci, cuda, cpus)?).map_err(to_py)?.to_string())
     }
 
+    /// `net-devices: auto` for a process driving CUDA device `cuda_device` (index among the
+    /// visible ones): the devices nearest it, else nearest the CPUs the process may run on
+    /// (`ucx_topology::Topology::auto_net_devices`, the one home of that rule).
+    fn auto_net_devices(&self, cuda_device: u32) -> PyResult<String> {
+        Ok(self.inner.auto_net_devices(cuda_device).map_err(to_py)?.to_string())
+    }
+
     /// One `UCX_NET_DEVICES` value per rail of a multi-rail group: a NIC each, nearest the
     /// origin first, reused in order when there are fewer NICs than rails.
     #[pyo3(signature = (rails, *, pci=None, cuda=None, cpus=None))]

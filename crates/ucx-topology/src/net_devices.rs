@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::model::Kind;
-use crate::{Error, Origin, Topology};
+use crate::{CpuSet, Error, Origin, Topology};
 
 /// A `UCX_NET_DEVICES` value: [`fmt::Display`] joins the devices with commas.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +43,21 @@ impl Topology {
         nets.dedup();
         devices.extend(nets);
         Ok(NetDevices { devices, distance })
+    }
+
+    /// `net-devices: auto` for a process that drives CUDA device `cuda_device` (its index among
+    /// the visible ones; a rank's local rank, each rank on a host driving its own GPU): the
+    /// devices nearest that GPU or, when it is not visible (or `CUDA_VISIBLE_DEVICES` cannot be
+    /// read), nearest the CPUs the process may run on. The one rule behind the Dask comm's
+    /// `net-devices: auto`, the Python collectives' `net_devices="auto"` and the Rust
+    /// examples' `--net-devices auto`.
+    pub fn auto_net_devices(&self, cuda_device: u32) -> Result<NetDevices, Error> {
+        match self.net_devices(&Origin::Cuda(cuda_device)) {
+            Err(Error::UnknownCudaDevice { .. } | Error::BadCudaVisibleDevices { .. }) => {
+                self.net_devices(&Origin::Cpus(CpuSet::current_affinity()?))
+            }
+            r => r,
+        }
     }
 
     /// One `UCX_NET_DEVICES` value per rail of a multi-rail group of `rails` rails from

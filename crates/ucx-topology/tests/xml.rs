@@ -199,3 +199,19 @@ fn four_rails_from_a_gpu_take_its_switch_nic_first_then_the_others() {
     let from_gpu7: Vec<String> = t.rail_devices(&pci(GPUS[7]), 2).unwrap().iter().map(|d| d.to_string()).collect();
     assert_eq!(from_gpu7[0], "mlx5_3:1,ib3");
 }
+
+#[test]
+fn auto_net_devices_is_the_gpu_rule_else_the_cpu_rule() {
+    let Some(t) = dgx() else { return };
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        println!("skipped: CUDA_VISIBLE_DEVICES is set, and it renumbers the XML's GPUs");
+        return;
+    }
+    for i in 0..GPUS.len() as u32 {
+        assert_eq!(t.auto_net_devices(i).unwrap(), t.net_devices(&Origin::Cuda(i)).unwrap(), "GPU {i}");
+    }
+    assert_eq!(t.auto_net_devices(0).unwrap().to_string(), "mlx5_0:1,ib0");
+    // No ninth GPU: the devices nearest the CPUs this process may run on.
+    let cpus = Origin::Cpus(CpuSet::current_affinity().unwrap());
+    assert_eq!(t.auto_net_devices(GPUS.len() as u32).unwrap(), t.net_devices(&cpus).unwrap());
+}

@@ -131,16 +131,13 @@ def auto_net_devices(cuda_device=0, host=None, xml=None):
     an hwloc XML topology instead of this machine's (default ``UCXPY_TOPOLOGY_XML``). ``None``
     (leave UCX's default) when nothing fits, with a warning saying why."""
     import logging
-    import os
 
     from ..utils import interface_of
 
     try:
-        td = TopologicalDistance(xml)
-        try:
-            devices = td.get_ucx_net_devices(cuda_device)
-        except ValueError:  # no such GPU visible
-            devices = td.get_ucx_net_devices(cpus=sorted(os.sched_getaffinity(0)))
+        # The GPU-else-CPUs rule is ucx-topology's (`Topology::auto_net_devices`), shared with
+        # the Rust examples' `--net-devices auto`.
+        devices = TopologicalDistance(xml)._topology.auto_net_devices(int(cuda_device))
     except (OSError, RuntimeError, ValueError) as e:
         logging.getLogger("ucx").warning("net-devices=auto: no device chosen (%s); UCX picks its own", e)
         return None

@@ -57,6 +57,27 @@ impl Launch {
             .ok_or_else(|| invalid(OP, format!("MASTER_ADDR={host:?} does not resolve")))?;
         Ok(Launch { rank, size, root })
     }
+
+    /// This process's rank among the ranks on its host (each rank on a host driving its own
+    /// GPU): `LOCAL_RANK` (torchrun, `python -m ucp.launch`, the examples' launcher),
+    /// `OMPI_COMM_WORLD_LOCAL_RANK` (Open MPI), `MPI_LOCALRANKID` (MPICH), else 0. The
+    /// variables Python's `ucp.collective.local_rank` reads.
+    pub fn local_rank() -> Result<usize> {
+        Launch::local_rank_from(|name| std::env::var(name).ok())
+    }
+
+    /// [`Launch::local_rank`] through `var` (the environment, or a table in tests).
+    pub fn local_rank_from(var: impl Fn(&str) -> Option<String>) -> Result<usize> {
+        for name in ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"] {
+            if let Some(text) = var(name) {
+                return text
+                    .trim()
+                    .parse()
+                    .map_err(|_| invalid("Launch::local_rank", format!("{name}={text:?} is not a number")));
+            }
+        }
+        Ok(0)
+    }
 }
 
 #[cfg(test)]
@@ -78,6 +99,19 @@ mod tests {
             let l = launch(&[(r, "2"), (s, "4"), ROOT[0], ROOT[1]]).unwrap();
             assert_eq!(l, Launch { rank: 2, size: 4, root }, "{r}");
         }
+    }
+
+    #[test]
+    fn local_rank_from_each_launcher_else_zero() {
+        let local = |vars: &[(&str, &str)]| {
+            Launch::local_rank_from(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+        };
+        assert_eq!(local(&[]).unwrap(), 0);
+        for name in ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"] {
+            assert_eq!(local(&[(name, "3")]).unwrap(), 3, "{name}");
+        }
+        assert_eq!(local(&[("LOCAL_RANK", "1"), ("MPI_LOCALRANKID", "2")]).unwrap(), 1, "torchrun's first");
+        assert!(local(&[("LOCAL_RANK", "one")]).unwrap_err().to_string().contains("LOCAL_RANK=\"one\""));
     }
 
     #[test]
