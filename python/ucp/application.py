@@ -282,26 +282,25 @@ def _resolve(host):
 _GUARD_INTERVAL = 1.0
 
 
-async def _guard(listener_ref):
-    """Once a second, lets go of connections to the listener's port that made UCX 1.22's
-    connection manager spin (garbage, then close; README, Reliability). Ends with the
-    listener."""
-    while True:
-        await asyncio.sleep(_GUARD_INTERVAL)
-        listener = listener_ref()
-        if listener is None or listener._b is None or listener.closed():
-            return
-        try:
-            n = listener._b.release_stuck_connections()
-        except RuntimeError as e:
-            logger.warning("The listener on port %d stops looking for stuck connections: %s", listener.port, e)
-            return
-        if n:
-            logger.warning(
-                "Let go of %d connection(s) to port %d that made UCX's connection manager spin "
-                "(garbage, then close)", n, listener.port,
-            )
-        del listener
+def _guard(loop, listener_ref):
+    """Once a second (a timer on ``loop``, not a task: a loop closed with the listener still
+    open then leaves nothing pending behind), lets go of connections to the listener's port
+    that made UCX 1.22's connection manager spin (garbage, then close; README, Reliability).
+    Ends with the listener."""
+    listener = listener_ref()
+    if listener is None or listener._b is None or listener.closed():
+        return
+    try:
+        n = listener._b.release_stuck_connections()
+    except RuntimeError as e:
+        logger.warning("The listener on port %d stops looking for stuck connections: %s", listener.port, e)
+        return
+    if n:
+        logger.warning(
+            "Let go of %d connection(s) to port %d that made UCX's connection manager spin "
+            "(garbage, then close)", n, listener.port,
+        )
+    listener._guard = loop.call_later(_GUARD_INTERVAL, _guard, loop, listener_ref)
 
 
 class Listener:
@@ -319,7 +318,7 @@ class Listener:
             except RuntimeError:
                 pass  # no loop to run on: created outside one
             else:
-                self._guard = loop.create_task(_guard(weakref.ref(self)))
+                self._guard = loop.call_later(_GUARD_INTERVAL, _guard, loop, weakref.ref(self))
 
     def closed(self):
         return self._b.closed()
