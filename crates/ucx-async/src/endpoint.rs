@@ -20,9 +20,6 @@ use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
 use crate::op::{Completes, CompletesOwned};
 use crate::worker::{Swept, Worker};
 
-/// The most messages closing an endpoint drops from UCX's queue on its own tags.
-const PURGE_LIMIT: usize = 1 << 20;
-
 /// How long dropping one unreceived message may progress the worker (a rendezvous whose
 /// sender is gone is never done; it is left to UCX).
 const DISCARD_LIMIT: Duration = Duration::from_millis(100);
@@ -85,13 +82,10 @@ impl EndpointInner {
     /// queue on its own tags): once the endpoint is closed nobody can, and UCX would keep it
     /// for the worker's life.
     fn drop_unreceived(&self) {
-        let mut dropped = self.worker.inner.unclaimed.release(self.key());
-        let core = self.worker.core();
+        let hold = &self.worker.inner.unclaimed;
+        let mut dropped = hold.release(self.key());
         for tag in self.own_tags() {
-            while dropped.len() < PURGE_LIMIT {
-                let Some(msg) = core.tag_probe_take(tag, FULL_MASK) else { break };
-                dropped.push(msg);
-            }
+            dropped.extend(hold.purge(self.worker.core(), tag));
         }
         for msg in dropped {
             msg.discard_within(DISCARD_LIMIT);
@@ -110,9 +104,7 @@ impl Swept for EndpointInner {
     }
 
     fn fill_stream_backlog(&self) -> usize {
-        let mut backlog = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        // A failed take (the endpoint closed or failing meanwhile) leaves what was held counted.
-        backlog.fill(&self.core).unwrap_or_else(|_| backlog.bytes())
+        self.stream.lock().unwrap_or_else(|p| p.into_inner()).fill(&self.core)
     }
 }
 
@@ -444,15 +436,8 @@ impl Endpoint {
     pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_recv")?;
         let bytes = buf.byte_len();
-        let s = {
-            // Under the backlog's lock, so no sweep takes bytes between the read and the post.
-            let mut backlog = self.inner.stream.lock().unwrap_or_else(|p| p.into_inner());
-            let copied = backlog.read_into(buf)?;
-            if copied == bytes {
-                return Ok(());
-            }
-            self.inner.core.stream_recv_from(buf, copied)?
-        };
+        // Under the backlog's lock, so no sweep takes bytes between the read and the post.
+        let (_, s) = self.inner.stream.lock().unwrap_or_else(|p| p.into_inner()).receive(&self.inner.core, buf)?;
         self.finish("Endpoint::stream_recv", s, bytes).await
     }
 

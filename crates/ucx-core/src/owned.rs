@@ -7,7 +7,6 @@ use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::endpoint::Endpoint;
 use crate::error::Result;
 use crate::request::{Completion, Request, Submitted};
-use crate::tag::ProbedMessage;
 use crate::worker::Worker;
 
 /// An operation on a buffer it owns. Poll it with [`Owned::poll_complete`], then take the
@@ -139,15 +138,6 @@ impl Worker {
     /// the receive without blocking.
     pub fn tag_recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B, tag: u64, mask: u64) -> Result<Owned<B>> {
         Owned::submit(Box::new(buf), true, |b| self.tag_recv(b, tag, mask))
-    }
-}
-
-impl ProbedMessage {
-    /// [`ProbedMessage::recv_into`] a buffer the operation owns; dropping it unfinished
-    /// cancels the receive without blocking (UCX does not withdraw a matched message, so the
-    /// buffer then stays with UCX until it has finished).
-    pub fn recv_owned<B: RecvBuffer + Send + 'static>(self, buf: B) -> Result<Owned<B>> {
-        Owned::submit(Box::new(buf), true, move |b| self.recv_into(b))
     }
 }
 

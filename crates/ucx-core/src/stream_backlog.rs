@@ -4,8 +4,7 @@
 //! [`StreamData`] is one chunk UCX hands over without copying (`ucp_stream_recv_data_nb`),
 //! given back on drop (`ucp_stream_data_release`). A [`StreamBacklog`] keeps an endpoint's
 //! chunks in order; a stream receive must read it first and ask UCX only for the rest
-//! ([`StreamBacklog::read`], then [`Endpoint::stream_recv_from`] at the offset it reached),
-//! which keeps the byte order. Stream data is always in our memory, so the backlog's length
+//! ([`StreamBacklog::receive`]), which keeps the byte order. Stream data is always in our memory, so the backlog's length
 //! is exactly what the peer has made us hold.
 use std::collections::VecDeque;
 use std::ptr::NonNull;
@@ -13,6 +12,7 @@ use std::ptr::NonNull;
 use crate::buffer::{MemoryType, RecvBuffer};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::request::{Completion, Submitted};
 use crate::sys;
 use crate::Status;
 
@@ -92,14 +92,15 @@ impl StreamBacklog {
     }
 
     /// Takes what `ep`'s stream has received (at most [`FILL_LIMIT`] chunks). Returns the
-    /// bytes held after.
-    pub fn fill(&mut self, ep: &Endpoint) -> Result<usize> {
+    /// bytes held after. A take that fails (the endpoint closing or failing meanwhile) ends
+    /// the fill; what was held stays counted.
+    pub fn fill(&mut self, ep: &Endpoint) -> usize {
         for _ in 0..FILL_LIMIT {
-            let Some(chunk) = ep.stream_take()? else { break };
+            let Ok(Some(chunk)) = ep.stream_take() else { break };
             self.bytes += chunk.len;
             self.chunks.push_back(chunk);
         }
-        Ok(self.bytes)
+        self.bytes
     }
 
     /// The bytes held.
@@ -132,10 +133,27 @@ impl StreamBacklog {
         copied
     }
 
+    /// A stream receive of exactly `buf.byte_len()` bytes on `ep`: the held bytes first, then
+    /// UCX for the rest from where they ended ([`Endpoint::stream_recv_from`]). Returns how
+    /// many came from here, and the operation for the rest (done at once when the backlog
+    /// filled `buf`; its length counts only the rest). Call it under the lock that also
+    /// guards [`StreamBacklog::fill`], so that no fill takes bytes between the two.
+    pub fn receive<'a, B: RecvBuffer + ?Sized>(
+        &mut self,
+        ep: &Endpoint,
+        buf: &'a mut B,
+    ) -> Result<(usize, Submitted<'a>)> {
+        let copied = self.read_into(buf)?;
+        if copied == buf.byte_len() {
+            return Ok((copied, Submitted::Done(Completion::default())));
+        }
+        Ok((copied, ep.stream_recv_from(buf, copied)?))
+    }
+
     /// [`StreamBacklog::read`] into a receive buffer. Host memory only: bytes that arrived
     /// before a receive into device (or managed) memory cannot be copied there by the CPU
     /// (`Unsupported`, naming why).
-    pub fn read_into<B: RecvBuffer + ?Sized>(&mut self, buf: &mut B) -> Result<usize> {
+    fn read_into<B: RecvBuffer + ?Sized>(&mut self, buf: &mut B) -> Result<usize> {
         if self.is_empty() || buf.byte_len() == 0 {
             return Ok(0);
         }

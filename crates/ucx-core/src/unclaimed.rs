@@ -277,6 +277,9 @@ impl std::fmt::Debug for Unclaimed {
 /// Python package's): 1 GiB.
 pub const DEFAULT_LIMIT: usize = 1 << 30;
 
+/// The most messages one [`Hold::purge`] takes from UCX's queue.
+pub const PURGE_LIMIT: usize = 1 << 20;
+
 /// How often a [`Hold`] sweeps at most: what arrives between two sweeps is not counted yet.
 pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -355,11 +358,7 @@ impl<O: ?Sized> Hold<O> {
         tag: u64,
         mask: u64,
     ) -> Result<Owned<B>> {
-        let mut state = self.lock();
-        match state.held.take(tag, mask) {
-            Some(msg) => msg.recv_owned(buf),
-            None => worker.tag_recv_owned(buf, tag, mask),
-        }
+        Owned::submit(Box::new(buf), true, |b| self.recv(worker, b, tag, mask))
     }
 
     /// [`Hold::recv_owned`] into a borrowed buffer.
@@ -393,8 +392,11 @@ impl<O: ?Sized> Hold<O> {
         mut stream_bytes: impl FnMut(&O) -> usize,
     ) -> Vec<(std::sync::Arc<O>, Overflow)> {
         let mut state = self.lock();
+        if !state.held.is_watching() {
+            return Vec::new();
+        }
         let now = std::time::Instant::now();
-        if !state.held.is_watching() || now < state.next_sweep {
+        if now < state.next_sweep {
             return Vec::new();
         }
         state.next_sweep = now + SWEEP_INTERVAL;
@@ -424,9 +426,18 @@ impl<O: ?Sized> Hold<O> {
         state.held.release(key)
     }
 
-    /// Takes what is held on `tag` (to be discarded).
-    pub fn take_all(&self, tag: u64) -> Vec<ProbedMessage> {
-        self.lock().held.take_all(tag)
+    /// Takes what is held on `tag` and what UCX still queues on it (at most [`PURGE_LIMIT`]
+    /// of those), to be discarded: the tag's endpoint is closed, and UCX would keep its
+    /// messages for the worker's life. Under the lock, so no sweep moves some in between.
+    pub fn purge(&self, worker: &Worker, tag: u64) -> Vec<ProbedMessage> {
+        let mut state = self.lock();
+        let mut dropped = state.held.take_all(tag);
+        // Bounded: a peer that keeps sending must not keep us here.
+        for _ in 0..PURGE_LIMIT {
+            let Some(msg) = worker.tag_probe_take(tag, FULL_MASK) else { break };
+            dropped.push(msg);
+        }
+        dropped
     }
 
     /// Takes everything held and stops watching (the worker is going).

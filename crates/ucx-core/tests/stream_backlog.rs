@@ -1,6 +1,7 @@
 //! `StreamBacklog` over real UCX on loopback: stream bytes taken before anyone asked are
 //! counted exactly and read back in order, a receive finishes from the backlog and then from
-//! UCX at the offset it reached, and chunks given back leave the stream usable.
+//! UCX at the offset it reached (or at once, when the backlog fills it), and chunks given
+//! back leave the stream usable.
 mod common;
 
 use common::*;
@@ -13,7 +14,7 @@ fn send(pair: &Pair, data: &[u8]) {
 
 /// Fills `backlog` from the server's endpoint until it holds `n` bytes.
 fn fill_to(pair: &Pair, backlog: &mut StreamBacklog, n: usize) {
-    progress_until(&[&pair.server, &pair.client], "stream bytes", || backlog.fill(&pair.server_ep).unwrap() >= n);
+    progress_until(&[&pair.server, &pair.client], "stream bytes", || backlog.fill(&pair.server_ep) >= n);
     assert_eq!(backlog.bytes(), n, "the backlog counts exactly what arrived");
 }
 
@@ -32,11 +33,10 @@ fn held_bytes_come_back_in_order_then_ucx_gives_the_rest() {
     assert_eq!(head, first[..30_000]);
     // A receive larger than what is held: the backlog first, then UCX from where it ended.
     let mut rest = vec![0u8; 50_000];
-    let copied = backlog.read(&mut rest);
+    let (copied, recv) = backlog.receive(&pair.server_ep, &mut rest[..]).unwrap();
     assert_eq!(copied, 45_100);
     assert!(backlog.is_empty());
     let later = pattern(4_900, 2);
-    let recv = pair.server_ep.stream_recv_from(&mut rest[..], copied).unwrap();
     send(&pair, &later);
     assert_eq!(wait_on(&[&pair.server, &pair.client], recv).length, 4_900);
     assert_eq!(rest[..copied], first[30_000..]);
@@ -50,6 +50,12 @@ fn chunks_given_back_leave_the_stream_usable() {
     let mut backlog = StreamBacklog::new();
     send(&pair, &pattern(10_000, 3));
     fill_to(&pair, &mut backlog, 10_000);
+    // One the backlog fills entirely is done at once.
+    let mut some = vec![0u8; 4_000];
+    let (copied, recv) = backlog.receive(&pair.server_ep, &mut some[..]).unwrap();
+    assert!(copied == 4_000 && matches!(recv, ucx_core::Submitted::Done(_)));
+    drop(recv);
+    assert_eq!(some, pattern(10_000, 3)[..4_000]);
     backlog.clear();
     assert_eq!(backlog.bytes(), 0);
     let next = pattern(64, 4);

@@ -31,7 +31,7 @@ impl std::task::Wake for NoWake {
 /// from UCX. Returns its bytes.
 fn recv_next(pair: &Pair, held: &mut Unclaimed, tag: u64, len: usize) -> Vec<u8> {
     let mut op = match held.take(tag, FULL_MASK) {
-        Some(msg) => msg.recv_owned(vec![0u8; len]).unwrap(),
+        Some(msg) => Owned::submit(Box::new(vec![0u8; len]), true, |b| msg.recv_into(b)).unwrap(),
         None => pair.server.tag_recv_owned(vec![0u8; len], tag, FULL_MASK).unwrap(),
     };
     progress_until(&[&pair.server, &pair.client], "a receive", || op.is_complete());
@@ -117,7 +117,7 @@ fn a_masked_take_gets_the_oldest_match_across_tags() {
     swept(&mut held, &pair.server);
     let order: Vec<u8> = std::iter::from_fn(|| held.take(0x70, !0xf))
         .map(|m| {
-            let op = m.recv_owned(vec![0u8; 8]).unwrap();
+            let op = Owned::submit(Box::new(vec![0u8; 8]), true, |b| m.recv_into(b)).unwrap();
             progress_until(&[&pair.server, &pair.client], "a receive", || op.is_complete());
             op.into_buffer().unwrap()[0]
         })

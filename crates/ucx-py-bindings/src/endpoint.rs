@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use ucx_core::{wire, AmSendOptions, Completion, EndpointParams, MemoryType, Owned, SendBuffer, Submitted, FULL_MASK};
+use ucx_core::{wire, AmSendOptions, EndpointParams, MemoryType, Owned, SendBuffer, FULL_MASK};
 
 use crate::am::AmQueues;
 use crate::buffer::PyBuf;
@@ -281,16 +281,17 @@ impl Endpoint {
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let ep = self.ep(py)?;
-        let mut buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let nbytes = buf.len();
         let name = self.name("Stream recv", None, nbytes, name);
         // Bytes held from before come first; UCX gives the rest. Under the backlog's lock, so
         // no sweep takes bytes between the two.
         let mut backlog = lock(&self.shared.stream);
-        let copied = backlog.read_into(&mut buf).map_err(|e| errors::from_core(py, &e))?;
-        let submitted = Owned::submit(Box::new(buf), true, |b| match copied == nbytes {
-            true => Ok(Submitted::Done(Completion { length: 0, sender_tag: 0 })),
-            false => ep.stream_recv_from(b, copied),
+        let mut copied = 0;
+        let submitted = Owned::submit(Box::new(buf), true, |b| {
+            let (held, rest) = backlog.receive(&ep, b)?;
+            copied = held;
+            Ok(rest)
         });
         drop(backlog);
         let expect = Expect { stream_recv: true, ..Expect::new(name, Some(nbytes - copied)) };

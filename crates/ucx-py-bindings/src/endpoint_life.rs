@@ -176,9 +176,7 @@ impl OpOwner for EpShared {
 
     fn fill_stream_backlog(&self) -> usize {
         let Some(ep) = lock(&self.ep).clone() else { return 0 };
-        let mut backlog = lock(&self.stream);
-        // A failed take (the endpoint failing meanwhile) leaves what was held counted.
-        backlog.fill(&ep).unwrap_or_else(|_| backlog.bytes())
+        lock(&self.stream).fill(&ep)
     }
 
     fn over_unclaimed_limit(&self, engine: &Engine, py: Python<'_>, overflow: &ucx_core::Overflow) {

@@ -18,9 +18,6 @@ use crate::listener::{ConnRequestPy, Listener};
 use crate::outcome::{Expect, Name};
 use crate::submit::{self, Submission};
 
-/// The most messages one `purge_unexpected` call drops.
-const PURGE_LIMIT: usize = 1 << 20;
-
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
     pub(crate) engine: Arc<Engine>,
@@ -182,18 +179,8 @@ impl Worker {
     /// unexpected queue for the worker's life. Each is given up to 100 ms; one not done by
     /// then (a rendezvous whose sender is gone) is left to UCX. Returns how many.
     fn purge_unexpected(&self, py: Python<'_>, tag: u64) -> usize {
-        let held = self.engine.discard(py, self.engine.unclaimed.take_all(tag));
-        let worker = &self.engine.worker;
-        held + py.allow_threads(|| {
-            let mut n = 0;
-            // Bounded: a peer that keeps sending must not keep us here.
-            while n < PURGE_LIMIT {
-                let Some(msg) = worker.tag_probe_take(tag, FULL_MASK) else { break };
-                msg.discard_within(std::time::Duration::from_millis(100));
-                n += 1;
-            }
-            n
-        })
+        let dropped = self.engine.unclaimed.purge(&self.engine.worker, tag);
+        self.engine.discard(py, dropped)
     }
 
     /// Receives a message with `tag` (under `mask`) into `buffer`, which it must fill exactly.
