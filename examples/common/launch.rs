@@ -14,6 +14,13 @@ pub fn number_option(args: &[String], name: &str, usage: &str) -> Option<usize> 
     }
 }
 
+/// Writes `line` to stderr in one write, so the lines of ranks sharing a pipe do not interleave
+/// (`eprintln!` writes a formatted line in pieces: a CI run read "rank rank 10: ...").
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 /// The context a rank's worker runs on. `--net-devices auto`: `UCX_NET_DEVICES` from the
 /// devices nearest the GPU of this rank's local rank, else nearest its CPUs
 /// (`Topology::auto_net_devices`, the rule Python's `net_devices="auto"` uses), unless
@@ -28,16 +35,16 @@ pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async
     }
     let rank = std::env::var("RANK").unwrap_or_default();
     if let Ok(set) = std::env::var("UCX_NET_DEVICES") {
-        eprintln!("rank {rank}: UCX_NET_DEVICES={set} is set, so --net-devices auto leaves it");
+        say(&format!("rank {rank}: UCX_NET_DEVICES={set} is set, so --net-devices auto leaves it"));
         return Ok(builder.build()?);
     }
     let local = ucx_async::Launch::local_rank()?;
     match ucx_topology::Topology::system().and_then(|t| t.auto_net_devices(local as u32)) {
         Ok(devices) => {
-            eprintln!("rank {rank}: UCX_NET_DEVICES={devices} (auto, local rank {local})");
+            say(&format!("rank {rank}: UCX_NET_DEVICES={devices} (auto, local rank {local})"));
             builder = builder.option("NET_DEVICES", devices.to_string());
         }
-        Err(e) => eprintln!("rank {rank}: --net-devices auto chose nothing ({e}); UCX picks its own"),
+        Err(e) => say(&format!("rank {rank}: --net-devices auto chose nothing ({e}); UCX picks its own")),
     }
     Ok(builder.build()?)
 }
