@@ -1,6 +1,8 @@
 //! Criterion benchmarks of ucx-async over 127.0.0.1 (the peer on its own thread and runtime):
 //! tag ping-pong latency (8 B to 1 MiB), streaming bandwidth (1 MiB and 64 MiB messages, 8 in
-//! flight) and message rate (8 B, 256 in flight), each in event, polling and adaptive modes.
+//! flight) and message rate (8 B, 256 in flight), each in event, polling and adaptive modes;
+//! and the cost of one call into UCX (`ffi_call`: ucx-core opens UCX at run time and calls
+//! through a table of function pointers, where a linked library is called through the PLT).
 //!
 //! `cargo bench -p ucx-async --bench transfer` (add `-- latency` etc. to filter).
 use std::time::{Duration, Instant};
@@ -150,5 +152,15 @@ fn message_rate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, latency, bandwidth, message_rate);
+/// One call into UCX through ucx-core: an idle worker's `ucp_worker_progress`, where UCX
+/// does almost nothing, so the call's own cost shows.
+fn ffi_call(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ffi_call");
+    let ctx = context();
+    let worker = ucx_async::core::Worker::new(&ctx).expect("worker");
+    g.bench_function("idle_progress", |b| b.iter(|| worker.progress()));
+    g.finish();
+}
+
+criterion_group!(benches, latency, bandwidth, message_rate, ffi_call);
 criterion_main!(benches);

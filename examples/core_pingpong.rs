@@ -101,11 +101,9 @@ fn client(port: u16, iters: usize) -> Result<()> {
     let mut out = vec![7u8; *SIZES.last().unwrap_or(&8)];
     let mut back = vec![0u8; out.len()];
     println!("ucx-core tag ping-pong over 127.0.0.1, two processes, busy polling");
+    let (major, minor, release) = ucx_core::version::runtime()?;
     println!(
-        "UCX {}.{}.{}, transports: {}",
-        ucx_core::version::runtime().0,
-        ucx_core::version::runtime().1,
-        ucx_core::version::runtime().2,
+        "UCX {major}.{minor}.{release}, transports: {}",
         ctx.config().get("TLS").map(String::as_str).unwrap_or("?")
     );
     round_trips::print_header();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Formatting, clippy with warnings as errors, a check build of the `cuda` feature (which
-# needs no GPU: see scripts/ci/cuda-check.sh), `cargo publish --dry-run` of ucx-core,
+# needs no GPU: see scripts/ci/cuda-check.sh), the MSRV check of the dependencies
+# (scripts/ci/msrv-deps.py), `cargo publish --dry-run` of ucx-core,
 # ucx-async and ucx-topology (packaged, then built from the packages), and their docs built as
 # docs.rs builds them, with no UCX (ucx-topology needs no hwloc to build: it opens it at run
 # time). Expects scripts/setup.sh to have run.
@@ -12,6 +13,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy -p ucx-async --features tracing --all-targets --quiet -- -D warnings
 bash scripts/ci/cuda-check.sh
+# MSRV: the dependencies' declared rust-version (clippy's incompatible_msrv covers our code).
+cargo metadata --format-version 1 --all-features | python3 scripts/ci/msrv-deps.py
 # The workspace's examples and benches live outside the crates and are left out of the
 # packages (cargo warns that it ignores them).
 # The dry run verifies ucx-async against ucx-core as a registry crate, and cargo takes a

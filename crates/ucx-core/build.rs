@@ -1,5 +1,8 @@
-//! Finds UCX, generates the FFI bindings with bindgen, and links `libucp` dynamically with an
-//! rpath so that nothing needs `LD_LIBRARY_PATH` at run time.
+//! Finds UCX's headers, generates the FFI bindings with bindgen, and turns every UCX function
+//! into a call through a table that `src/library.rs` fills at run time (`dlopen`). Nothing is
+//! linked: a binary that depends on ucx-core (directly or through ucx-async) starts without a
+//! build script of its own, an rpath or `LD_LIBRARY_PATH`; the library is looked for when the
+//! first context is made (the UCX found here is one of the places looked in).
 //!
 //! Search order (the first that yields UCX >= MIN is used):
 //! 1. `UCX_DIR`: a prefix with `include/ucp/api/ucp.h` and `lib/libucp.so` (a cluster's own UCX).
@@ -10,10 +13,9 @@
 //!    then `python3`. Its .pc files carry the prefix of the machine that built the wheel, so the
 //!    package directory itself is used as the prefix.
 //!
-//! Exports `DEP_UCP_LIBDIR` / `DEP_UCP_INCLUDE` to dependents (through `links = "ucp"`): cargo
-//! does not pass `rustc-link-arg` on to dependents, so crates that build binaries re-emit the rpath.
-//! `DEP_UCP_FROM_WHEEL` is `1` when UCX came from the `libucx` wheel (`0` otherwise): the Python
-//! extension then links it through the installed layout, not through this build's path.
+//! Exports `DEP_UCP_LIBDIR` / `DEP_UCP_INCLUDE` to dependents (through `links = "ucp"`), and
+//! `DEP_UCP_FROM_WHEEL` (`1` when UCX came from the `libucx` wheel): the Python extension links
+//! libucp itself, through the installed wheel's layout, so that it is loaded before ucx-core looks.
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,11 +54,6 @@ fn main() {
         )
     });
 
-    println!("cargo:rustc-link-search=native={}", ucx.libdir.display());
-    println!("cargo:rustc-link-lib=dylib=ucp");
-    println!("cargo:rustc-link-lib=dylib=ucs");
-    // For this crate's own tests and examples; dependents read DEP_UCP_LIBDIR.
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", ucx.libdir.display());
     println!("cargo:libdir={}", ucx.libdir.display());
     println!("cargo:include={}", ucx.include.display());
     println!("cargo:from_wheel={}", u8::from(ucx.from_wheel));
@@ -73,8 +70,9 @@ fn docs_only() {
         .join(format!("docs-rs/bindings-ucx-{}.{}.rs", MIN.0, MIN.1));
     println!("cargo:rerun-if-changed={}", pregenerated.display());
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
-    std::fs::copy(&pregenerated, out).expect("copying the pre-generated bindings");
-    println!("cargo:rustc-env=UCXRS_BUILD_LIBDIR=(none: a documentation build)");
+    let text = std::fs::read_to_string(&pregenerated).expect("reading the pre-generated bindings");
+    std::fs::write(out, run_time_linked(&text)).expect("writing bindings.rs");
+    println!("cargo:rustc-env=UCXRS_BUILD_LIBDIR=");
     println!("cargo:rustc-env=UCXRS_BUILD_FOUND_BY=pre-generated bindings for docs.rs");
 }
 
@@ -189,5 +187,96 @@ fn generate_bindings(include: &Path) {
         .generate()
         .expect("bindgen could not generate UCX bindings");
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("bindings.rs");
-    bindings.write_to_file(out).expect("writing bindings.rs");
+    std::fs::write(out, run_time_linked(&bindings.to_string())).expect("writing bindings.rs");
+}
+
+/// Rewrites bindgen's `extern "C"` declarations of UCX's functions (`ucp_*`, `ucs_*`) into:
+/// - `Api`, a struct with one function pointer per function, and `Api::resolve`, which fills it
+///   from a symbol lookup (`src/library.rs` passes `dlsym` on the opened libucp);
+/// - a free function of the same name and signature per function, calling through the table
+///   that `crate::library::api()` returns, so that the rest of the crate calls `sys::ucp_x(..)`
+///   as if it were linked.
+///
+/// Other declarations (libc's `vsnprintf`) stay `extern "C"`: the C library is always linked.
+fn run_time_linked(bindings: &str) -> String {
+    use quote::{format_ident, quote};
+    let file: syn::File = syn::parse_str(bindings).expect("bindgen's output parses");
+    let mut kept = Vec::new();
+    let (mut fields, mut resolves, mut wrappers) = (Vec::new(), Vec::new(), Vec::new());
+    for item in file.items {
+        let syn::Item::ForeignMod(mut block) = item else {
+            kept.push(item);
+            continue;
+        };
+        let mut others = Vec::new();
+        for foreign in std::mem::take(&mut block.items) {
+            let f = match foreign {
+                syn::ForeignItem::Fn(f) if is_ucx(&f.sig.ident.to_string()) && f.sig.variadic.is_none() => f,
+                other => {
+                    others.push(other);
+                    continue;
+                }
+            };
+            let name = &f.sig.ident;
+            let inputs = &f.sig.inputs;
+            let output = &f.sig.output;
+            let mut types = Vec::new();
+            let mut args = Vec::new();
+            for (i, input) in inputs.iter().enumerate() {
+                let syn::FnArg::Typed(t) = input else { panic!("{name}: a receiver in an extern fn") };
+                types.push(t.ty.clone());
+                args.push(match &*t.pat {
+                    syn::Pat::Ident(p) => p.ident.clone(),
+                    _ => format_ident!("arg{i}"),
+                });
+            }
+            let symbol = syn::LitByteStr::new(format!("{name}\0").as_bytes(), name.span());
+            fields.push(quote! { pub #name: unsafe extern "C" fn(#(#types),*) #output, });
+            resolves.push(quote! {
+                #name: {
+                    let p = symbol(#symbol).ok_or(stringify!(#name))?;
+                    // SAFETY: the caller promises `symbol` returns this function's address in a
+                    // UCX whose prototype is the one declared (the headers bindgen read).
+                    unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, unsafe extern "C" fn(#(#types),*) #output>(p) }
+                },
+            });
+            wrappers.push(quote! {
+                #[inline]
+                pub unsafe fn #name(#(#args: #types),*) #output {
+                    unsafe { (crate::library::api().#name)(#(#args),*) }
+                }
+            });
+        }
+        if !others.is_empty() {
+            block.items = others;
+            kept.push(syn::Item::ForeignMod(block));
+        }
+    }
+    let generated = quote! {
+        #(#kept)*
+
+        /// UCX's functions, resolved from the library opened at run time.
+        pub struct Api { #(#fields)* }
+
+        impl Api {
+            /// Fills the table with `symbol(name)` for every function; the first that is
+            /// missing is returned as the error.
+            ///
+            /// # Safety
+            /// `symbol` must return the address of the named function of a UCX library that
+            /// stays loaded for the rest of the process.
+            pub unsafe fn resolve(
+                symbol: &mut dyn FnMut(&[u8]) -> Option<*mut ::core::ffi::c_void>,
+            ) -> Result<Api, &'static str> {
+                Ok(Api { #(#resolves)* })
+            }
+        }
+
+        #(#wrappers)*
+    };
+    format!("/* generated by crates/ucx-core/build.rs from bindgen's output */\n{generated}\n")
+}
+
+fn is_ucx(name: &str) -> bool {
+    name.starts_with("ucp_") || name.starts_with("ucs_")
 }

@@ -18,6 +18,7 @@ unsafe impl Send for Config {}
 impl Config {
     /// Reads the configuration from the environment (`ucp_config_read`).
     pub fn from_env() -> Result<Config> {
+        crate::library::load()?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: NULL prefix and file mean "the defaults plus UCX_* from the environment";
         // UCX writes the new config into `handle`.
@@ -127,7 +128,7 @@ mod tests {
         let e = c.set("RNDV_THRESH", "not-a-size").unwrap_err();
         assert!(e.to_string().contains("RNDV_THRESH=not-a-size"), "{e}");
         // UCX 1.18 keeps unknown names for transports without complaint; 1.22 rejects them.
-        if crate::version::runtime() >= (1, 22, 0) {
+        if crate::version::runtime().unwrap() >= (1, 22, 0) {
             let e = c.set("NO_SUCH_OPTION_X", "1").unwrap_err();
             assert_eq!(e.status(), Status::NoElem, "{e}");
             assert!(e.to_string().contains("NO_SUCH_OPTION_X=1"), "{e}");

@@ -141,8 +141,15 @@ impl Status {
         }
     }
 
-    /// UCX's own text for the status (`ucs_status_string`), e.g. "Message truncated".
+    /// UCX's own text for the status (`ucs_status_string`), e.g. "Message truncated". Before
+    /// UCX is loaded (the error that says it could not be), a fixed text.
     pub fn description(self) -> &'static str {
+        if !crate::library::is_loaded() {
+            return match self {
+                Status::NoDevice => "No such device",
+                _ => "UCX status (UCX is not loaded)",
+            };
+        }
         // SAFETY: ucs_status_string accepts any status value and returns a pointer to a static,
         // NUL-terminated string (or a static "Unknown error" text).
         let text = unsafe { CStr::from_ptr(sys::ucs_status_string(self.raw())) };
@@ -158,7 +165,7 @@ impl fmt::Display for Status {
 
 /// A failed UCX call or operation: the [`Status`], the operation that failed, and optionally
 /// what it was given (e.g. the configuration name that UCX did not know).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Error {
     status: Status,
     op: &'static str,
@@ -203,6 +210,25 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// `fn main() -> Result<..>` prints its error with `Debug`: the detail is written as it is, not
+/// escaped, so multi-line text (what [`crate::library::load`] tried) reads as lines.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Raw<'a>(&'a str);
+        impl fmt::Debug for Raw<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        let mut s = f.debug_struct("Error");
+        s.field("status", &self.status).field("op", &self.op);
+        if let Some(d) = &self.detail {
+            s.field("detail", &Raw(d));
+        }
+        s.finish()
+    }
+}
 
 /// `Result` with ucx-core's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -26,6 +26,8 @@
 //!   write; with feature `cuda`, `cust` device buffers too.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
 //!   pure encode/decode functions.
+//! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
+//!   of UCX's functions that `sys` (bindgen's declarations, rewritten by build.rs) calls through.
 //! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
 //!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
 //!   leak tests).
@@ -48,6 +50,7 @@ mod cuda;
 mod endpoint;
 mod error;
 pub mod inflight;
+pub mod library;
 mod listener;
 pub mod live;
 mod log;

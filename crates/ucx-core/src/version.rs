@@ -10,35 +10,42 @@ pub const MIN_SUPPORTED: (u32, u32) = (1, 18);
 /// `(major, minor)` of the UCX headers the bindings were generated from.
 pub const HEADERS: (u32, u32) = (sys::UCP_API_MAJOR, sys::UCP_API_MINOR);
 
-/// The directory of the UCX libraries found at build time (baked into the rpath).
+/// The directory of the UCX libraries found at build time (one place [`crate::library`] looks
+/// at run time); empty for a documentation build.
 pub const BUILD_LIBDIR: &str = env!("UCXRS_BUILD_LIBDIR");
 
 /// How build.rs found that UCX (e.g. `libucx wheel via .venv/bin/python, API 1.22`).
 pub const BUILD_FOUND_BY: &str = env!("UCXRS_BUILD_FOUND_BY");
 
-/// `(major, minor, release)` of the UCX library loaded at run time (`ucp_get_version`).
-/// Does not initialise UCX.
-pub fn runtime() -> (u32, u32, u32) {
+/// `(major, minor, release)` of the UCX library loaded at run time (`ucp_get_version`),
+/// loading it if needed ([`crate::library::load`]'s error if none is found). Does not
+/// initialise UCX.
+pub fn runtime() -> Result<(u32, u32, u32)> {
+    crate::library::load()?;
     let (mut major, mut minor, mut release) = (0, 0, 0);
     // SAFETY: ucp_get_version only writes the three integers through valid pointers.
     unsafe { sys::ucp_get_version(&mut major, &mut minor, &mut release) };
-    (major, minor, release)
+    Ok((major, minor, release))
 }
 
 /// Checks that the loaded library can serve the API the crate was built against: same major
 /// version, and a minor version no older than the headers' (newer headers may add fields to
 /// parameter structs that an older library would not read).
 pub fn check() -> Result<()> {
-    let (major, minor, release) = runtime();
+    let (major, minor, release) = runtime()?;
     if major != HEADERS.0 || minor < HEADERS.1 {
         return Err(Error::with_detail(
             "version::check",
             Status::Unsupported,
             format!(
                 "the UCX library loaded at run time is {major}.{minor}.{release}, but ucx-core was \
-                 built against UCX {}.{} headers (from {BUILD_LIBDIR}); rebuild against the library \
-                 you run with, or run with the one you built against",
-                HEADERS.0, HEADERS.1
+                 built against UCX {}.{} headers (from {BUILD_LIBDIR}); it was found as: {} ({}). \
+                 Rebuild against the library you run with, or run with the one you built against \
+                 (UCX_DIR=<its prefix>)",
+                HEADERS.0,
+                HEADERS.1,
+                crate::library::load()?.found_by(),
+                crate::library::load()?.path()
             ),
         ));
     }
@@ -49,7 +56,7 @@ pub fn check() -> Result<()> {
 mod tests {
     #[test]
     fn loaded_library_matches_headers() {
-        let (major, minor, _) = super::runtime();
+        let (major, minor, _) = super::runtime().unwrap();
         assert_eq!((major, minor), super::HEADERS);
         super::check().unwrap();
     }

@@ -57,8 +57,8 @@ use pyo3::prelude::*;
 
 /// The version of the UCX library loaded at run time, as `(major, minor, release)`.
 #[pyfunction]
-fn get_ucx_version() -> (u32, u32, u32) {
-    ucx_core::version::runtime()
+fn get_ucx_version(py: Python<'_>) -> PyResult<(u32, u32, u32)> {
+    ucx_core::version::runtime().map_err(|e| errors::from_core(py, &e))
 }
 
 #[pymodule]
