@@ -22,7 +22,7 @@ impl Request {
 
     /// Whether the operation has finished (its callback has run or is about to).
     fn done(&self) -> bool {
-        self.engine.upgrade().map_or(true, |e| !e.is_inflight(self.id))
+        self.engine.upgrade().is_none_or(|e| !e.is_inflight(self.id))
     }
 
     /// Asks UCX to cancel the operation; its callback then gets `UCXCanceled` (or success,

@@ -79,7 +79,7 @@ impl Topology {
     fn nics(&self, origin: &Origin) -> Result<Vec<Nic>, Error> {
         let start = self.start(origin)?;
         let model = self.model();
-        let usable = |d: &crate::model::OsDev| d.active_ports.as_ref().map_or(true, |p| !p.is_empty());
+        let usable = |d: &crate::model::OsDev| d.active_ports.as_ref().is_none_or(|p| !p.is_empty());
         let by_distance = |kind: Kind| {
             let mut devs: Vec<(u32, &crate::model::OsDev)> = model
                 .osdevs

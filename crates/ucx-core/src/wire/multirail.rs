@@ -166,7 +166,7 @@ pub fn ratio_weights(rails: usize, ratio: f64) -> Option<Vec<f64>> {
         return None;
     }
     let mut w = vec![1.0 - ratio];
-    w.extend(std::iter::repeat(ratio / (rails.max(2) - 1) as f64).take(rails.saturating_sub(1)));
+    w.extend(std::iter::repeat_n(ratio / (rails.max(2) - 1) as f64, rails.saturating_sub(1)));
     Some(w)
 }
 
