@@ -16,7 +16,7 @@ use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI8, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI8, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,10 @@ pub(crate) struct Slot {
     status: AtomicI8,
     length: AtomicUsize,
     sender_tag: AtomicU64,
+    /// Whether a waker was ever registered: most operations complete while their owner spins
+    /// on [`Request::is_complete`], and then the completion skips the waker's two atomic
+    /// read-modify-writes (and the release its two more), which are on the latency path.
+    waited: AtomicBool,
     waker: AtomicWaker,
     /// Written by the owner only while it still owns the request (before PENDING -> ORPHANED).
     keepalive: UnsafeCell<Option<Box<dyn Any + Send>>>,
@@ -61,6 +65,7 @@ impl Slot {
             status: AtomicI8::new(sys::UCS_INPROGRESS),
             length: AtomicUsize::new(0),
             sender_tag: AtomicU64::new(0),
+            waited: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             keepalive: UnsafeCell::new(None),
         }
@@ -96,7 +101,10 @@ unsafe fn complete(request: *mut c_void, status: sys::ucs_status_t, length: usiz
     slot.length.store(length, Ordering::Relaxed);
     slot.sender_tag.store(tag, Ordering::Relaxed);
     slot.status.store(status, Ordering::Release);
-    match slot.state.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire) {
+    // SeqCst here and in `poll_complete` (`waited` set, then `state` read): either this side
+    // sees `waited` and wakes, or that side sees DONE.
+    match slot.state.compare_exchange(PENDING, DONE, Ordering::SeqCst, Ordering::Acquire) {
+        Ok(_) if !slot.waited.load(Ordering::SeqCst) => {}
         Ok(_) => {
             let woke = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.waker.wake()));
             if woke.is_err() {
@@ -115,7 +123,10 @@ unsafe fn release(request: *mut c_void) {
     let slot = unsafe { &*request.cast::<Slot>() };
     // SAFETY: exclusive ownership, so nobody else touches the keepalive cell.
     let keep = unsafe { (*slot.keepalive.get()).take() };
-    slot.waker.take();
+    if slot.waited.load(Ordering::Relaxed) {
+        slot.waker.take();
+        slot.waited.store(false, Ordering::Relaxed);
+    }
     slot.status.store(sys::UCS_INPROGRESS, Ordering::Relaxed);
     slot.length.store(0, Ordering::Relaxed);
     slot.sender_tag.store(0, Ordering::Relaxed);
@@ -204,8 +215,10 @@ impl<'a> Request<'a> {
         if let Some(r) = self.result() {
             return Poll::Ready(r);
         }
+        self.slot().waited.store(true, Ordering::SeqCst);
         self.slot().waker.register(cx.waker());
-        match self.result() {
+        // SeqCst: pairs with `complete` (see there).
+        match (self.slot().state.load(Ordering::SeqCst) == DONE).then(|| self.slot().result()) {
             Some(r) => Poll::Ready(r),
             None => Poll::Pending,
         }

@@ -3,6 +3,7 @@
 //! Operations that belong to a worker rather than an endpoint live in their own modules
 //! (`tag` for receives and probes, `am` for handlers).
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,11 @@ pub(crate) struct WorkerInner {
     /// Active-message handlers by id. Replaced handlers are kept until the worker is destroyed,
     /// since another thread may still be running one inside progress.
     pub(crate) am_handlers: Mutex<Vec<(u16, Box<crate::am::HandlerCell>)>>,
+    /// Whether anyone has armed the worker (`arm`, `wait`). Until then no transport signals
+    /// the wakeup fd and [`Worker::spin_until`] skips its check; after it, a shared-memory peer
+    /// signals every message through a socket while this side is armed, so a spin that armed
+    /// with nobody sleeping would put a system call on each side of every message.
+    armed_ever: AtomicBool,
 }
 
 // SAFETY: the worker is created with UCS_THREAD_MODE_MULTI, which makes UCP serialise access
@@ -136,7 +142,12 @@ impl Worker {
         check("ucp_worker_create", unsafe { sys::ucp_worker_create(context.handle(), &params, &mut handle) })?;
         live::created(Kind::Worker);
         Ok(Worker {
-            inner: Arc::new(WorkerInner { handle, context: context.clone(), am_handlers: Mutex::new(Vec::new()) }),
+            inner: Arc::new(WorkerInner {
+                handle,
+                context: context.clone(),
+                am_handlers: Mutex::new(Vec::new()),
+                armed_ever: AtomicBool::new(false),
+            }),
         })
     }
 
@@ -218,7 +229,8 @@ impl Worker {
     /// - `done()` is checked after every round.
     /// - The clock is read every [`SPIN_CLOCK_ROUNDS`] rounds (a read costs about as much as a
     ///   round that finds nothing), and not at all when `done()` holds within the first ones.
-    /// - Every [`SPIN_WAKEUP_ROUNDS`] rounds, if the wakeup fd is readable, [`Worker::arm`]
+    /// - Every [`SPIN_WAKEUP_ROUNDS`] rounds, if the worker was ever armed (a sleeping
+    ///   reactor, not a polling one) and the wakeup fd is readable, [`Worker::arm`]
     ///   hands what it signals to the transports: once a worker is armed, UCX polls some
     ///   transports only after that (measured: a spin on progress alone waited out its whole
     ///   budget for each message).
@@ -233,7 +245,10 @@ impl Worker {
             if spin.done {
                 break;
             }
-            if round % SPIN_WAKEUP_ROUNDS == 0 && self.wakeup_pending().unwrap_or(false) {
+            if round % SPIN_WAKEUP_ROUNDS == 0
+                && self.inner.armed_ever.load(Ordering::Relaxed)
+                && self.wakeup_pending().unwrap_or(false)
+            {
                 // Busy: events are pending and the worker stays unarmed; the caller hears so.
                 spin.disarmed = self.arm().map_or(true, |a| a == Armed::Busy);
             }
@@ -276,6 +291,7 @@ impl Worker {
     /// caller must progress again instead of sleeping. The fd is level-insensitive: after a
     /// wake-up, drain progress fully, then arm again.
     pub fn arm(&self) -> Result<Armed> {
+        self.inner.armed_ever.store(true, Ordering::Relaxed);
         // SAFETY: the worker is live.
         let status = unsafe { sys::ucp_worker_arm(self.inner.handle) };
         match Status::from_raw(status) {
@@ -294,6 +310,7 @@ impl Worker {
     /// Blocks the calling thread until an event arrives (`ucp_worker_wait`). Needs WAKEUP.
     pub fn wait(&self) -> Result<()> {
         self.require(Features::WAKEUP, "ucp_worker_wait")?;
+        self.inner.armed_ever.store(true, Ordering::Relaxed);
         // SAFETY: the worker is live.
         check("ucp_worker_wait", unsafe { sys::ucp_worker_wait(self.inner.handle) })
     }

@@ -115,3 +115,26 @@ fn spin_until_stops_when_done_or_when_the_budget_is_spent() {
     assert!(spin.done);
     assert_eq!(owned.into_buffer(), Some(vec![1u8, 2, 3]));
 }
+
+#[test]
+fn spin_until_arms_only_a_worker_someone_armed() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    // Never armed (a polling reactor): a readable wakeup fd is left alone. An arm here would
+    // make a shared-memory peer signal every later message through a socket (a system call on
+    // each side), which is what made polling latency double in some runs.
+    pair.server.signal().unwrap();
+    assert!(pair.server.wakeup_pending().unwrap());
+    let spin = pair.server.spin_until(Duration::from_millis(5), || false);
+    assert!(!spin.done);
+    assert!(pair.server.wakeup_pending().unwrap(), "the spin consumed the wakeup: it armed the worker");
+    // Once armed (a reactor that sleeps on the fd), the spin hands what the fd signals to the
+    // transports (an arm, which drains it), as before.
+    while pair.server.arm().unwrap() == ucx_core::Armed::Busy {
+        pair.server.progress();
+    }
+    pair.server.signal().unwrap();
+    assert!(pair.server.wakeup_pending().unwrap());
+    pair.server.spin_until(Duration::from_millis(5), || false);
+    assert!(!pair.server.wakeup_pending().unwrap(), "an armed worker's spin left the wakeup unhandled");
+}
