@@ -377,6 +377,9 @@ impl Endpoint {
             .map(|raw| MemoryType::from_raw(raw as u32))
             .map_err(|e| Error::Protocol { op: "Endpoint::am_recv", detail: e.to_string() })?;
         let len = msg.data_len();
+        if mt == MemoryType::Host && router.default_host() {
+            return self.am_recv_host(msg).await;
+        }
         let Some(mut buf) = router.allocate(mt, len) else {
             return Err(Error::NoAllocator { memory_type: mt });
         };
@@ -384,6 +387,29 @@ impl Endpoint {
         Completes::new(s, &self.inner.worker.inner.signals).await?;
         self.inner.state.recv_finished();
         Ok(buf)
+    }
+
+    /// `am_recv` into the default host buffer, a `Vec<u8>`: the data the handler already
+    /// copied out of UCX is handed over as it is, anything else is received into a new
+    /// `Vec` without zeroing it first (UCX writes every byte; zeroing 1 MiB took as long as
+    /// moving it).
+    async fn am_recv_host(&self, mut msg: ucx_core::AmMessage) -> Result<Box<dyn AmBuffer>> {
+        if let Some(data) = msg.take_copied() {
+            self.inner.state.recv_finished();
+            return Ok(Box::new(data));
+        }
+        let len = msg.data_len();
+        let mut data = Vec::with_capacity(len);
+        {
+            let mut spare = crate::am::SpareCapacity::new(&mut data, len);
+            let s = msg.recv_into(&mut spare)?.on_endpoint(&self.inner.core);
+            Completes::new(s, &self.inner.worker.inner.signals).await?;
+        }
+        // SAFETY: the receive completed without error, so UCX wrote all `len` bytes (an active
+        // message is delivered whole) into the spare capacity.
+        unsafe { data.set_len(len) };
+        self.inner.state.recv_finished();
+        Ok(Box::new(data))
     }
 
     /// Unpacks a peer's packed remote key (from `ucx_core::MemoryHandle::pack_rkey`) for

@@ -245,6 +245,10 @@ impl Future for AmWait<'_> {
         let this = self.get_mut();
         // Progress here for a moment first, as operations do (`Completes::poll`).
         this.signals.spin_until(0, || this.router.has_message(this.ep));
+        // Arrived during the spin (the usual case): no waker to register or unregister.
+        if let Some(m) = this.router.try_take(this.ep) {
+            return Poll::Ready(Ok(m));
+        }
         this.state.register(&mut this.slot, cx.waker());
         if let Some(m) = this.router.take(this.ep, cx.waker()) {
             return Poll::Ready(Ok(m));

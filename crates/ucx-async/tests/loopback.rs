@@ -331,6 +331,34 @@ async fn dropped_owned_sends_and_receives_neither_block_nor_lose_data() {
 }
 
 #[tokio::test]
+async fn active_messages_into_the_default_host_buffer_arrive_whole() {
+    // No allocator registered: eager data is handed over as copied out of UCX, rendezvous
+    // data lands in a new Vec that is not zeroed first. Every byte must be the sender's, at
+    // every size, on both of two endpoints of one worker, in order.
+    let ctx = context();
+    let (ws, wc) =
+        (Worker::new(&ctx, ProgressMode::Polling).unwrap(), Worker::new(&ctx, ProgressMode::Polling).unwrap());
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    let addr = listener.local_addr();
+    let (s1, c1) = tokio::join!(listener.accept(), Endpoint::connect(&wc, addr));
+    let (s2, c2) = tokio::join!(listener.accept(), Endpoint::connect(&wc, addr));
+    let (s1, c1, s2, c2) = (s1.unwrap(), c1.unwrap(), s2.unwrap(), c2.unwrap());
+    // Dirty the allocator's free memory, so a buffer handed out unwritten would show.
+    drop(vec![0xEEu8; 4 << 20]);
+    for (i, n) in [0usize, 1, 8, 100, 4096, 65_536, 1 << 20, (4 << 20) + 3].into_iter().enumerate() {
+        let d1: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+        let d2: Vec<u8> = (0..n).map(|k| (k * 13 + i + 1) as u8).collect();
+        let (r1, r2, got1, got2) = tokio::join!(c1.am_send(&d1[..]), c2.am_send(&d2[..]), s1.am_recv(), s2.am_recv());
+        r1.unwrap();
+        r2.unwrap();
+        let got1 = got1.unwrap().into_any().downcast::<Vec<u8>>().unwrap();
+        let got2 = got2.unwrap().into_any().downcast::<Vec<u8>>().unwrap();
+        assert!(*got1 == d1, "endpoint 1, {n} bytes");
+        assert!(*got2 == d2, "endpoint 2, {n} bytes");
+    }
+}
+
+#[tokio::test]
 async fn active_messages_per_endpoint_with_allocators() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;

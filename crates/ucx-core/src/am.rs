@@ -212,6 +212,18 @@ impl AmMessage {
         }
     }
 
+    /// The data as an owned `Vec`, when the handler already had to copy it out of UCX (short
+    /// eager messages): no second copy. `None` (and the message unchanged) otherwise.
+    pub fn take_copied(&mut self) -> Option<Vec<u8>> {
+        match std::mem::replace(&mut self.payload, Payload::Gone) {
+            Payload::Copied(v) => Some(v),
+            other => {
+                self.payload = other;
+                None
+            }
+        }
+    }
+
     /// Whether the data must be fetched with [`AmMessage::recv_into`] (rendezvous).
     pub fn is_rendezvous(&self) -> bool {
         matches!(self.payload, Payload::Rendezvous { .. })
