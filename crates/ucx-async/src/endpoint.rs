@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, StreamBacklog, Submitted,
-    WorkerAddress, FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, Status, StreamBacklog,
+    Submitted, WorkerAddress, FULL_MASK,
 };
 
 use crate::am::AmBuffer;
@@ -264,9 +264,14 @@ impl Endpoint {
 
     /// A UCX error of an operation on this endpoint, by cause: once the endpoint is down, why
     /// it went down (closed by either side, or the peer's failure), else UCX's error.
+    /// Names a failed submission or completion on this endpoint by cause: the endpoint's own
+    /// state if it is down, else a peer failure if UCX's status says the connection failed
+    /// (a send to a dead peer can fail inside the call, before UCX has reported the endpoint
+    /// failed), else UCX's error as it is.
     fn cause(&self, op: &'static str, e: ucx_core::Error) -> Error {
         match self.inner.state.check(op) {
             Err(down) => down,
+            Ok(()) if is_peer_failure(e.status()) => Error::PeerFailed { op, status: e.status() },
             Ok(()) => Error::Ucx(e),
         }
     }
@@ -307,7 +312,7 @@ impl Endpoint {
     pub async fn send_tag<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
-        let s = self.inner.core.tag_send(buf, tag)?;
+        let s = self.inner.core.tag_send(buf, tag).map_err(|e| self.cause("Endpoint::send", e))?;
         self.finish("Endpoint::send_tag", s, buf.byte_len()).await
     }
 
@@ -318,7 +323,13 @@ impl Endpoint {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv", tag, mask)?;
         let bytes = buf.byte_len();
-        let s = self.inner.worker.inner.unclaimed.recv(self.inner.worker.core(), buf, tag, mask)?;
+        let s = self
+            .inner
+            .worker
+            .inner
+            .unclaimed
+            .recv(self.inner.worker.core(), buf, tag, mask)
+            .map_err(|e| self.cause("Endpoint::recv", e))?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).sized(bytes);
         let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
         state.recv_finished();
@@ -333,7 +344,7 @@ impl Endpoint {
         self.inner.state.check("Endpoint::send_owned")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let bytes = buf.byte_len();
-        let op = self.inner.core.tag_send_owned(buf, tag)?;
+        let op = self.inner.core.tag_send_owned(buf, tag).map_err(|e| self.cause("Endpoint::send_owned", e))?;
         let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
         (&mut fut).await?;
         Ok(fut.op.take().and_then(ucx_core::Owned::into_buffer).expect("a completed operation returns its buffer"))
@@ -346,7 +357,13 @@ impl Endpoint {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
         let bytes = buf.byte_len();
-        let op = self.inner.worker.inner.unclaimed.recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)?;
+        let op = self
+            .inner
+            .worker
+            .inner
+            .unclaimed
+            .recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)
+            .map_err(|e| self.cause("Endpoint::recv_owned", e))?;
         let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
         let mut watched = Watched::new(fut, state, Some(&self.inner.core));
         let c = (&mut watched).await?;
@@ -362,7 +379,11 @@ impl Endpoint {
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let header = am_header::encode(buf.memory_type().raw() as i32);
         let opts = AmSendOptions { reply: true, ..Default::default() };
-        let s = self.inner.core.am_send(am_header::UCXPY_AM_ID, &header, buf, opts)?;
+        let s = self
+            .inner
+            .core
+            .am_send(am_header::UCXPY_AM_ID, &header, buf, opts)
+            .map_err(|e| self.cause("Endpoint::am_send", e))?;
         self.finish("Endpoint::am_send", s, 0).await
     }
 
@@ -427,7 +448,7 @@ impl Endpoint {
         rkey: &ucx_core::RemoteKey,
     ) -> Result<()> {
         self.inner.state.check("Endpoint::put")?;
-        let s = self.inner.core.put(buf, remote_addr, rkey)?;
+        let s = self.inner.core.put(buf, remote_addr, rkey).map_err(|e| self.cause("Endpoint::put", e))?;
         self.finish("Endpoint::put", s, 0).await
     }
 
@@ -439,14 +460,14 @@ impl Endpoint {
         rkey: &ucx_core::RemoteKey,
     ) -> Result<()> {
         self.inner.state.check("Endpoint::get")?;
-        let s = self.inner.core.get(buf, remote_addr, rkey)?;
+        let s = self.inner.core.get(buf, remote_addr, rkey).map_err(|e| self.cause("Endpoint::get", e))?;
         self.finish("Endpoint::get", s, 0).await
     }
 
     /// Sends `buf` on the endpoint's stream.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
-        let s = self.inner.core.stream_send(buf)?;
+        let s = self.inner.core.stream_send(buf).map_err(|e| self.cause("Endpoint::stream_send", e))?;
         self.finish("Endpoint::stream_send", s, buf.byte_len()).await
     }
 
@@ -469,7 +490,7 @@ impl Endpoint {
 
     /// Completes every operation issued so far, remotely.
     pub async fn flush(&self) -> Result<()> {
-        let s = self.inner.core.flush()?;
+        let s = self.inner.core.flush().map_err(|e| self.cause("Endpoint::flush", e))?;
         self.finish("Endpoint::flush", s, 0).await
     }
 
@@ -516,5 +537,31 @@ impl Endpoint {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("tags", &self.inner.tags).field("flavour", &self.inner.flavour).finish()
+    }
+}
+
+/// Whether a UCX status means the connection to the peer failed (as the endpoint's error
+/// callback would report it), not a local mistake.
+fn is_peer_failure(status: Status) -> bool {
+    const LINK_AND_ENDPOINT_FAILURES: std::ops::RangeInclusive<i8> = -89..=-40;
+    matches!(status, Status::ConnectionReset | Status::EndpointTimeout | Status::Unreachable | Status::NotConnected)
+        || matches!(status, Status::Other(raw) if LINK_AND_ENDPOINT_FAILURES.contains(&raw))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_peer_failure, Status};
+
+    #[test]
+    fn peer_failure_statuses() {
+        for s in [Status::ConnectionReset, Status::EndpointTimeout, Status::Unreachable, Status::NotConnected] {
+            assert!(is_peer_failure(s), "{s:?}");
+        }
+        assert!(is_peer_failure(Status::Other(-45)), "a link failure");
+        for s in
+            [Status::InvalidParam, Status::MessageTruncated, Status::NoMemory, Status::Canceled, Status::Other(-30)]
+        {
+            assert!(!is_peer_failure(s), "{s:?}");
+        }
     }
 }

@@ -101,6 +101,26 @@ async fn ucxx_listener_is_detected_by_the_client() {
 }
 
 #[tokio::test]
+async fn sends_to_a_vanished_peer_fail_as_a_disconnect() {
+    // The peer's endpoint goes without a word. UCX reports that either through the endpoint's
+    // error callback or inside a later send call (ConnectionReset returned at submission);
+    // both must read as the peer's failure, not as a bare UCX error.
+    let (server, client, _l) = pair(ProgressMode::Event).await;
+    server.core().force_close_now();
+    let t0 = Instant::now();
+    let e = loop {
+        match client.send(&[1u8; 64][..]).await {
+            Ok(()) if t0.elapsed() < Duration::from_secs(20) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Ok(()) => panic!("sends to a vanished peer kept succeeding for 20 s"),
+            Err(e) => break e,
+        }
+    };
+    assert!(e.is_disconnect(), "{e:?}");
+    let e = client.send(&[1u8; 64][..]).await.unwrap_err();
+    assert!(e.is_disconnect(), "{e:?}");
+}
+
+#[tokio::test]
 async fn peer_close_fails_pending_receives_promptly() {
     let (server, client, _l) = pair(ProgressMode::Event).await;
     let c = client.clone();
