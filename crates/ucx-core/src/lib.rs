@@ -85,4 +85,6 @@ pub use stream_backlog::{StreamBacklog, StreamData};
 pub use stuck_connections::StuckConnections;
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
-pub use worker::{Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS};
+pub use worker::{
+    Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS,
+};
