@@ -18,7 +18,8 @@
 //! work with (same major, minor no older than [`crate::version::MIN_SUPPORTED`]).
 //!
 //! Cost: a call reads the table's pointer (one atomic load, already initialised) and calls
-//! through it, as a linked call goes through the PLT; `benches/` measures both paths' latency.
+//! through it, as a linked call goes through the PLT; `benches/transfer.rs` (`ffi_call`)
+//! measures one call.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -164,15 +165,16 @@ fn search() -> std::result::Result<Loaded, String> {
 /// Opens `file` with `flags` and resolves the table; checks the version.
 fn open(file: &str, flags: i32) -> std::result::Result<(sys::Api, String), String> {
     // SAFETY: opening libucp runs its and libucs's initialisers, which set up UCX's global
-    // state (what linking it would do before main). The handle is never closed: UCX cannot be
-    // unloaded while any of its objects or threads may exist.
-    let lib = unsafe { Library::open(Some(file), flags) }.map_err(|e| e.to_string())?;
+    // state (what linking it would do before main). The handle is never closed, even when the
+    // library is refused below: UCX's memory hooks (libucm) patch functions of the process
+    // when it loads, so unloading it could leave them jumping into unmapped code.
+    let lib = std::mem::ManuallyDrop::new(unsafe { Library::open(Some(file), flags) }.map_err(|e| e.to_string())?);
     let mut symbol = |name: &[u8]| {
         // SAFETY: only the address is read; its type is asserted by Api::resolve's caller below.
         unsafe { lib.get::<*mut std::ffi::c_void>(name) }.ok().map(|s| *s)
     };
     // SAFETY: the symbols come from this libucp (and the libucs it depends on), kept loaded
-    // for the rest of the process (the handle is forgotten below); their prototypes are the
+    // for the rest of the process (the handle is never dropped); their prototypes are the
     // headers' that bindgen read, and the version is checked next.
     let api = unsafe { sys::Api::resolve(&mut symbol) }.map_err(|missing| format!("{file} lacks {missing}"))?;
     let (mut major, mut minor, mut release) = (0, 0, 0);
@@ -183,7 +185,6 @@ fn open(file: &str, flags: i32) -> std::result::Result<(sys::Api, String), Strin
         return Err(format!("{file} is UCX {major}.{minor}.{release}, older than the minimum {}.{}", min.0, min.1));
     }
     let path = mapped_path(api.ucp_get_version as *const std::ffi::c_void).unwrap_or_else(|| file.to_string());
-    std::mem::forget(lib);
     Ok((api, path))
 }
 

@@ -31,7 +31,7 @@ pub const SPIN_WAKEUP_ROUNDS: u32 = 16;
 /// Progress rounds between two `sched_yield`s in [`Worker::spin_until`] (about 1.5–3 µs of
 /// spinning): with more busy processes than cores (4 ranks on 2 here), a spin that never
 /// yields keeps the peer it waits for off the CPU until the scheduler preempts it. Measured
-/// (docs/spin.md): a 4-rank 1 KiB alltoallv 376 -> 118 µs in event mode, 8 ms -> 94 µs in
+/// (docs/spin.md): a 4-rank 1 KiB alltoallv 376 -> 118–220 µs in event mode, 8 ms -> 92–94 µs in
 /// polling mode; where nothing else is runnable the call returns at once.
 pub const SPIN_YIELD_ROUNDS: u32 = 64;
 
