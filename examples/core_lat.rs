@@ -6,9 +6,13 @@
 //! `scripts/bench_vs_perftest.sh` prints it as its own row.
 //!
 //! `cargo run --release -p ucx-core --example core_lat -- [--iters N] [--single]`
-use std::io::{BufRead, BufReader, Read, Write};
+#[path = "common/server_process.rs"]
+mod server_process;
+#[path = "common/usage.rs"]
+mod usage;
+
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ucx_core::{Context, Endpoint, EndpointParams, Submitted, ThreadMode, Worker, WorkerAddress};
@@ -20,7 +24,7 @@ does, no error handling, busy polling; prints the median one-way latency.
 usage: core_lat [--iters N] [--single]
   --iters N   round trips (default 200000)
   --single    workers in UCS_THREAD_MODE_SINGLE, as perftest's (default MULTI, as ucx-async's)
-It starts its own peer process (the same binary with --server PORT-FILE).";
+It starts its own peer process (the same binary with --server).";
 
 const WARMUP: usize = 1000;
 const TAG: u64 = 0x1a7;
@@ -28,54 +32,43 @@ const TAG: u64 = 0x1a7;
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() {
-    if let Err(e) = run() {
+    let args: Vec<String> = std::env::args().collect();
+    usage::exit_if_help(&args, USAGE);
+    let single = args.iter().any(|a| a == "--single");
+    let iters = match args.iter().position(|a| a == "--iters") {
+        Some(i) => match args.get(i + 1).and_then(|v| v.parse().ok()) {
+            Some(n) => n,
+            None => {
+                eprintln!("core_lat: --iters needs a number");
+                std::process::exit(2);
+            }
+        },
+        None => 200_000,
+    };
+    let result = if args.get(1).map(String::as_str) == Some("--server") {
+        serve(single, iters)
+    } else {
+        let mut server_args = vec!["--server".to_string(), "--iters".into(), iters.to_string()];
+        if single {
+            server_args.push("--single".into());
+        }
+        server_process::run_with_server("core_lat", &server_args, |port| {
+            ping_pong(TcpStream::connect(("127.0.0.1", port))?, false, single, iters)
+        })
+    };
+    if let Err(e) = result {
         eprintln!("core_lat: {e}");
         std::process::exit(1);
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let single = args.iter().any(|a| a == "--single");
-    let iters = match args.iter().position(|a| a == "--iters") {
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or("--iters needs a number")?,
-        None => 200_000,
-    };
-    if args.first().map(String::as_str) == Some("--server") {
-        // The parent chose nothing: this side binds port 0 and tells it on stdout.
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        println!("PORT {}", listener.local_addr()?.port());
-        std::io::stdout().flush()?;
-        let (sock, _) = listener.accept()?;
-        return ping_pong(sock, true, single, iters);
-    }
-    let exe = std::env::current_exe()?;
-    let mut child_args = vec!["--server".to_string(), "--iters".into(), iters.to_string()];
-    if single {
-        child_args.push("--single".into());
-    }
-    let mut server = Command::new(exe).args(&child_args).stdout(Stdio::piped()).spawn()?;
-    let outcome = (|| -> Result<()> {
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().ok_or("no stdout from the peer")?).read_line(&mut line)?;
-        let port: u16 =
-            line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).ok_or("the peer gave no port")?;
-        let sock = TcpStream::connect(("127.0.0.1", port))?;
-        ping_pong(sock, false, single, iters)
-    })();
-    if outcome.is_err() {
-        let _ = server.kill();
-    }
-    let status = server.wait()?;
-    outcome?;
-    if !status.success() {
-        return Err(format!("the peer process failed: {status}").into());
-    }
-    Ok(())
+/// The peer: binds a kernel-chosen port, says it on stdout (`PORT n`), answers one client.
+fn serve(single: bool, iters: usize) -> Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    println!("PORT {}", listener.local_addr()?.port());
+    std::io::stdout().flush()?;
+    let (sock, _) = listener.accept()?;
+    ping_pong(sock, true, single, iters)
 }
 
 fn ping_pong(mut sock: TcpStream, server: bool, single: bool, iters: usize) -> Result<()> {

@@ -100,8 +100,8 @@ impl Hasher for EpKeyHasher {
 #[derive(Default)]
 pub(crate) struct AmRouter {
     queues: Mutex<HashMap<usize, Queue, BuildHasherDefault<EpKeyHasher>>>,
-    /// Messages in all queues: lets the spin in `am_recv` (`has_message`, every progress
-    /// round) and an empty `try_take` skip the lock.
+    /// Messages in all queues: lets `try_take`, which `am_recv`'s spin calls every progress
+    /// round, skip the lock while nothing is queued.
     queued: AtomicUsize,
     allocators: Mutex<HashMap<MemoryType, AmAllocator>>,
     /// Whether any allocator was registered: without one, host messages skip that lock.
@@ -153,15 +153,6 @@ impl AmRouter {
         msg
     }
 
-    /// Whether a message for endpoint `ep` is queued.
-    pub(crate) fn has_message(&self, ep: usize) -> bool {
-        if self.queued.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        q.get(&ep).is_some_and(|queue| !queue.messages.is_empty())
-    }
-
     /// Drops every queued message (the worker is going away).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.queues.lock().unwrap_or_else(|p| p.into_inner()));
@@ -187,21 +178,11 @@ impl AmRouter {
         self.any_allocator.store(true, Ordering::Release);
     }
 
-    /// Whether host messages get the default buffer (a `Vec<u8>`): no allocator is registered
-    /// for host memory.
-    pub(crate) fn default_host(&self) -> bool {
-        !self.any_allocator.load(Ordering::Acquire)
-            || !self.allocators.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&MemoryType::Host)
-    }
-
-    /// A buffer for `len` bytes of `memory_type`: the registered allocator, or a host `Vec`
-    /// for host memory when none is registered.
-    pub(crate) fn allocate(&self, memory_type: MemoryType, len: usize) -> Option<Box<dyn AmBuffer>> {
-        let alloc = self.allocators.lock().unwrap_or_else(|p| p.into_inner()).get(&memory_type).cloned();
-        match (alloc, memory_type) {
-            (Some(a), _) => Some(a(len)),
-            (None, MemoryType::Host) => Some(Box::new(vec![0u8; len])),
-            (None, _) => None,
+    /// The allocator registered for `memory_type`, if any (without the lock when none is).
+    pub(crate) fn allocator(&self, memory_type: MemoryType) -> Option<AmAllocator> {
+        if !self.any_allocator.load(Ordering::Acquire) {
+            return None;
         }
+        self.allocators.lock().unwrap_or_else(|p| p.into_inner()).get(&memory_type).cloned()
     }
 }

@@ -397,12 +397,10 @@ impl Endpoint {
         let mt = am_header::receive_memory_type(msg.header(), msg.is_rendezvous())
             .map(|raw| MemoryType::from_raw(raw as u32))
             .map_err(|e| Error::Protocol { op: "Endpoint::am_recv", detail: e.to_string() })?;
-        let len = msg.data_len();
-        if mt == MemoryType::Host && router.default_host() {
-            return self.am_recv_host(msg).await;
-        }
-        let Some(mut buf) = router.allocate(mt, len) else {
-            return Err(Error::NoAllocator { memory_type: mt });
+        let mut buf = match router.allocator(mt) {
+            Some(allocate) => allocate(msg.data_len()),
+            None if mt == MemoryType::Host => return self.am_recv_host(msg).await,
+            None => return Err(Error::NoAllocator { memory_type: mt }),
         };
         let s = msg.recv_into(&mut *buf)?.on_endpoint(&self.inner.core);
         Completes::new(s, &self.inner.worker.inner.signals).await?;

@@ -244,9 +244,16 @@ impl Future for AmWait<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         // Progress here for a moment first, as operations do (`Completes::poll`).
-        this.signals.spin_until(0, || this.router.has_message(this.ep));
-        // Arrived during the spin (the usual case): no waker to register or unregister.
-        if let Some(m) = this.router.try_take(this.ep) {
+        // A message that arrives during the spin (the usual case) is taken there: no waker to
+        // register or unregister.
+        let mut arrived = None;
+        this.signals.spin_until(0, || {
+            if arrived.is_none() {
+                arrived = this.router.try_take(this.ep);
+            }
+            arrived.is_some()
+        });
+        if let Some(m) = arrived {
             return Poll::Ready(Ok(m));
         }
         this.state.register(&mut this.slot, cx.waker());

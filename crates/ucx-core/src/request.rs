@@ -201,7 +201,9 @@ impl<'a> Request<'a> {
 
     /// Whether UCX has finished the operation.
     pub fn is_complete(&self) -> bool {
-        self.slot().state.load(Ordering::Acquire) == DONE
+        // SeqCst (no dearer than Acquire for a load on x86 or ARMv8): `poll_complete`'s
+        // re-check pairs with `complete` (see there).
+        self.slot().state.load(Ordering::SeqCst) == DONE
     }
 
     /// The result, once complete; `None` while in flight.
@@ -217,8 +219,7 @@ impl<'a> Request<'a> {
         }
         self.slot().waited.store(true, Ordering::SeqCst);
         self.slot().waker.register(cx.waker());
-        // SeqCst: pairs with `complete` (see there).
-        match (self.slot().state.load(Ordering::SeqCst) == DONE).then(|| self.slot().result()) {
+        match self.result() {
             Some(r) => Poll::Ready(r),
             None => Poll::Pending,
         }

@@ -34,6 +34,7 @@ pub fn runtime() -> Result<(u32, u32, u32)> {
 pub fn check() -> Result<()> {
     let (major, minor, release) = runtime()?;
     if major != HEADERS.0 || minor < HEADERS.1 {
+        let loaded = crate::library::load()?;
         return Err(Error::with_detail(
             "version::check",
             Status::Unsupported,
@@ -44,8 +45,8 @@ pub fn check() -> Result<()> {
                  (UCX_DIR=<its prefix>)",
                 HEADERS.0,
                 HEADERS.1,
-                crate::library::load()?.found_by(),
-                crate::library::load()?.path()
+                loaded.found_by(),
+                loaded.path()
             ),
         ));
     }

@@ -36,6 +36,14 @@ fn loaded_prefix() -> String {
     lib.parent().expect("a prefix").display().to_string()
 }
 
+/// A child's half of the tests that check where UCX was found: says so on stdout (the parent
+/// reads it), then proves the library usable.
+fn report_where_found() {
+    let loaded = library::load().unwrap();
+    println!("found by: {} ({})", loaded.found_by(), loaded.path());
+    Context::builder().build().unwrap();
+}
+
 #[test]
 fn found_and_usable() {
     let loaded = library::load().unwrap();
@@ -49,10 +57,7 @@ fn found_and_usable() {
 fn ucx_dir_at_run_time_is_used() {
     const NAME: &str = "ucx_dir_at_run_time_is_used";
     if is_child(NAME) {
-        let loaded = library::load().unwrap();
-        println!("found by: {} ({})", loaded.found_by(), loaded.path());
-        Context::builder().build().unwrap();
-        return;
+        return report_where_found();
     }
     let prefix = loaded_prefix();
     let out = child(NAME, &[("UCX_DIR", &prefix)]);
@@ -84,10 +89,7 @@ fn ucx_dir_without_ucx_is_an_error_naming_it() {
 fn a_libucp_already_loaded_is_reused() {
     const NAME: &str = "a_libucp_already_loaded_is_reused";
     if is_child(NAME) {
-        let loaded = library::load().unwrap();
-        println!("found by: {} ({})", loaded.found_by(), loaded.path());
-        Context::builder().build().unwrap();
-        return;
+        return report_where_found();
     }
     // As the Python extension has it: libucp mapped before ucx-core looks (here by LD_PRELOAD),
     // with UCX_DIR pointing elsewhere to show that the loaded copy comes first.
