@@ -86,5 +86,6 @@ pub use stuck_connections::StuckConnections;
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{
-    Armed, Batch, Spin, ThreadMode, Worker, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS,
+    spin_yield_period, Armed, Batch, Spin, ThreadMode, Worker, CONTENDED_YIELD, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS,
+    SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS, SPIN_YIELD_ROUNDS_CONTENDED,
 };

@@ -138,3 +138,56 @@ fn spin_until_arms_only_a_worker_someone_armed() {
     pair.server.spin_until(Duration::from_millis(5), || false);
     assert!(!pair.server.wakeup_pending().unwrap(), "an armed worker's spin left the wakeup unhandled");
 }
+
+/// Pins the calling thread to one CPU (the first it may run on).
+fn pin_to_one_cpu() -> usize {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls get and set this thread's
+    // affinity through pointers to it, valid for the calls.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        let cpu = (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set)).expect("some CPU");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one), 0);
+        cpu
+    }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: as in pin_to_one_cpu.
+    unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one), 0);
+    }
+}
+
+#[test]
+fn a_spin_that_shares_its_core_yields_more_often() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    // A thread that burns the same CPU as the spin: the spin's yields let it run, so they take
+    // long, and the spin shortens its period to give the core away sooner.
+    let cpu = pin_to_one_cpu();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let burner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin_to(cpu);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let spin = pair.server.spin_until(Duration::from_millis(100), || false);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    burner.join().unwrap();
+    assert!(!spin.done);
+    assert_eq!(
+        ucx_core::spin_yield_period(),
+        ucx_core::SPIN_YIELD_ROUNDS_CONTENDED,
+        "a spin sharing its core with a busy thread kept the long yield period"
+    );
+}
