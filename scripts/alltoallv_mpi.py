@@ -1,5 +1,5 @@
 """MPI's Alltoallv (mpi4py) with the same sizes and timing rule as examples/alltoall.rs: per
-pair 1 KiB up to MAX by powers of 4, 3 warm-up calls, then the median over iterations of the
+pair 1 KiB up to MAX by powers of 4, 4 MiB / size warm-up calls (3 to 1000), then the median over iterations of the
 slowest rank's time for one call. Run under mpirun; rank 0 prints one RESULT line per size."""
 import sys
 import time
@@ -20,7 +20,7 @@ while size <= max_size:
     counts = [size] * ranks
     displs = [r * size for r in range(ranks)]
     n = max(3, -(-iters // 4)) if size > 4 << 20 else iters
-    for _ in range(3):
+    for _ in range(min(max((4 << 20) // size, 3), 1000)):  # warm-up, as examples/alltoall.rs
         comm.Alltoallv([send, counts, displs, MPI.BYTE], [recv, counts, displs, MPI.BYTE])
     times = []
     for _ in range(n):

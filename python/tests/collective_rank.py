@@ -4,7 +4,7 @@ beside Rust ranks). Modes:
 - ``selftest [PATH BATCH]``: alltoallv with random sizes (zero included) over rounds,
   allgather, messages by rank and tag, barrier; every byte checked.
 - ``mirror-alltoall MAX ITERS [PATH BATCH]``: the exact sequence of examples/alltoall.rs
-  (sizes 1 KiB to MAX by powers of 4, 3 warm-ups, then ITERS x (barrier, alltoallv, allgather
+  (sizes 1 KiB to MAX by powers of 4, 4 MiB / size warm-ups (3 to 1000), then ITERS x (barrier, alltoallv, allgather
   of 8 bytes)), so it can stand in for one of its ranks; the parts' bytes are checked.
 
 PATH and BATCH (default ``auto`` and the pool's default) go to ``set_data_path``.
@@ -15,6 +15,7 @@ import random
 import struct
 import sys
 
+from ucp import _ucx_async as native
 from ucp.collective import Communicator
 
 
@@ -38,6 +39,7 @@ async def selftest(c):
         if kept is not None:
             assert [id(b) for b in reused] == kept, "the same bytearrays were reused"
         kept = [id(b) for b in reused]
+    await inline_edge(c)
     out = bytearray(3 * c.size)
     await c.allgather(bytes([c.rank] * 3), out)
     assert out == bytes(r for r in range(c.size) for _ in range(3)), out
@@ -51,12 +53,33 @@ async def selftest(c):
     await c.barrier()
 
 
+async def inline_edge(c):
+    """Parts at the edge of what travels inside the announcement (empty, exactly the inline
+    maximum, one byte more) arrive whole, and leave no message unreceived (batch 1 is the
+    first message after the announcement)."""
+    inline_max = native.alltoallv_announce_room(c.size) - 12
+    sizes = [0, inline_max, inline_max + 1]
+
+    def edge(src, dst):
+        return bytes((i * 7 + src * 3 + dst) & 0xFF for i in range(sizes[(src + dst) % 3]))
+
+    seq = c._seq
+    got = await c.alltoallv([edge(c.rank, d) for d in range(c.size)])
+    for src, b in enumerate(got):
+        assert bytes(b) == edge(src, c.rank), ("inline edge", src, c.rank, len(b))
+    await c.barrier()
+    for src in range(c.size):
+        if src != c.rank:
+            tag = native.collective_own_tag(seq, src, 1)
+            assert not c._eps[src]._worker.tag_probe(tag), f"a message from rank {src} was never received"
+
+
 async def mirror_alltoall(c, max_size, iters):
     size = 1 << 10
     while size <= max_size:
         parts = [bytes([(c.rank * c.size + r) & 0xFF]) * size for r in range(c.size)]
         n = max(3, -(-iters // 4)) if size > 4 << 20 else iters
-        for _ in range(3):
+        for _ in range(min(max((4 << 20) // size, 3), 1000)):
             await c.alltoallv(parts)
         for _ in range(n):
             await c.barrier()

@@ -204,16 +204,31 @@ class Communicator:
         # Decided, and checked against the tag layout, before anything is sent: a refused part
         # leaves no peer waiting for half a call.
         batches = [0 if r == me else self._batch_for(r, len(p)) for r, p in enumerate(parts)]
-        announce = []
+        announce = []  # per rank: the announcement message, and whether the part is in it
         for r, (p, b) in enumerate(zip(parts, batches)):
             try:
-                announce.append(_native.alltoallv_announce(len(p), b))
+                head, inline = _native.alltoallv_announce(len(p), b, self.size)
             except ValueError as e:
                 raise ValueError(f"the part for rank {r} ({len(p)} bytes in batches of {b}): {e}") from None
+            announce.append((head + p if inline and r != me else head, inline))
         seq = self._next_seq()
-        incoming = [bytearray(len(announce[0])) if r != me else None for r in range(self.size)]
-        await self._exchange(seq, 0, [a if r != me else None for r, a in enumerate(announce)], incoming)
-        theirs = [_native.alltoallv_announce_decode(bytes(b)) if b is not None else None for b in incoming]
+        # Phase 1: the announcements, small parts inside them (ucx-core's wire::alltoallv).
+        room = _native.alltoallv_announce_room(self.size)
+        incoming = [bytearray(room) if r != me else None for r in range(self.size)]
+        tag = _native.collective_own_tag
+        ops = [self._eps[r].send(m, tag=tag(seq, me, 0), force_tag=True) for r, (m, _) in enumerate(announce) if r != me]
+        ops += [self._eps[r]._recv_up_to(b, tag(seq, r, 0)) for r, b in enumerate(incoming) if b is not None]
+        got = await asyncio.gather(*ops)
+        lengths = iter(got[self.size - 1 :])
+        theirs = []
+        for r, b in enumerate(incoming):
+            if b is None:
+                theirs.append(None)
+                continue
+            try:
+                theirs.append(_native.alltoallv_announce_decode(bytes(memoryview(b)[: next(lengths)]), self.size))
+            except ValueError as e:
+                raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
         del out[self.size :]
         out.extend(bytearray() for _ in range(self.size - len(out)))
         for r, t in enumerate(theirs):
@@ -227,9 +242,15 @@ class Communicator:
         out[me][:] = parts[me]
         ops = []
         for r in range(self.size):
-            if r != me:
+            if r == me:
+                continue
+            if not announce[r][1]:
                 ops.append(self._send_part(seq, r, parts[r], batches[r]))
-                ops.append(self._recv_part(seq, r, out[r], theirs[r][1]))
+            _, batch, data = theirs[r]
+            if data is None:
+                ops.append(self._recv_part(seq, r, out[r], batch))
+            else:
+                out[r][:] = data
         await asyncio.gather(*ops)
 
     def _batch_for(self, r, nbytes):

@@ -167,10 +167,29 @@ class Endpoint:
         message that arrived before the endpoint closed can still be received."""
         tag = self._tag("msg_recv", tag, force_tag)
         fut = self._post_recv(buffer, tag, inline_spin_us())
+        ret = True if fut is None else await self._await_recv(fut)
+        self._recv_finished()
+        return ret
+
+    async def _recv_up_to(self, buffer, tag):
+        """``recv`` with ``force_tag`` of a message of at most ``buffer``'s size; returns its
+        length. For messages whose size the receiver cannot know (the collectives'
+        announcements, which carry small parts)."""
+        ep = self._ep
+        if ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
+        self._recv_count += 1
+        got = ep.tag_recv_up_to_checked(buffer, tag, inline_spin_us())
+        if not isinstance(got, int):
+            got = await self._await_recv(got)
+        self._recv_finished()
+        return got
+
+    async def _await_recv(self, fut):
         try:
-            ret = True if fut is None else await fut
+            return await fut
         except asyncio.CancelledError:
-            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
                 # The message arrived, but the caller's cancel reached the task first: it is
                 # lost to them. Closed as when UCX could not withdraw the receive, so the next
                 # receive fails clearly instead of silently getting the message after.
@@ -178,8 +197,6 @@ class Endpoint:
                 if ep is not None:
                     ep.close_for_lost_message()
             raise
-        self._recv_finished()
-        return ret
 
     async def send_multi(self, buffers, tag=None, force_tag=False):
         """Sends several frames as one message, in UCXX's multi-buffer framing (so a UCXX

@@ -15,6 +15,16 @@ where
     F: Fn(Communicator) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = T> + Send + 'static,
 {
+    world_on_workers(n, move |_, c| body(c)).await
+}
+
+/// [`world`], with each rank's worker handed to `body` too.
+async fn world_on_workers<T, F, Fut>(n: usize, body: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Worker, Communicator) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+{
     let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
     let workers: Vec<Worker> = (0..n).map(|_| Worker::new(&ctx, ProgressMode::Event).unwrap()).collect();
     let mut listener = Some(Listener::bind(&workers[0], "127.0.0.1:0".parse().unwrap()).unwrap());
@@ -28,7 +38,7 @@ where
                 Some(l) => Communicator::serve(&w, &l, n).await,
                 None => Communicator::bootstrap(&w, rank, n, root).await,
             };
-            body(comm.unwrap()).await
+            body(w, comm.unwrap()).await
         }));
     }
     let mut out = Vec::new();
@@ -148,6 +158,38 @@ async fn alltoallv_with_every_part_empty() {
         c.close().await.unwrap();
     })
     .await;
+}
+
+/// Parts at the edge of what travels inside the announcement (empty, exactly the inline
+/// maximum, one byte more), on both paths: every byte arrives, and no message is left
+/// unreceived (an empty part once sent an empty message nobody received).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_at_the_inline_edge_arrive_and_leave_nothing_unreceived() {
+    for path in [DataPath::Direct, DataPath::Buffered] {
+        world_on_workers(3, move |w, mut c| async move {
+            c.set_data_path(path);
+            c.set_bounce(Bounce { batch: 4099, depth: 2 }).unwrap();
+            let max = ucx_async::core::wire::alltoallv::inline_max(3);
+            let len = |src: usize, dst: usize| [0, max, max + 1][(src + dst) % 3];
+            let bytes = |src: usize, dst: usize| -> Vec<u8> {
+                (0..len(src, dst)).map(|i| (i * 7 + src * 3 + dst) as u8).collect()
+            };
+            let mine: Vec<Vec<u8>> = (0..3).map(|d| bytes(c.rank(), d)).collect();
+            let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+            // The communicator's operations are numbered from 0 (the bootstrap's barrier), so
+            // this alltoallv is number 1.
+            let got = c.alltoallv(&refs).await.unwrap();
+            for (src, part) in got.iter().enumerate() {
+                assert_eq!(part, &bytes(src, c.rank()), "{path:?}: rank {src} -> {}", c.rank());
+            }
+            c.barrier().await.unwrap();
+            let op1 = ucx_async::core::wire::collective_tag::own(1, 0, 0).unwrap();
+            let seq_mask = 0xFFFF_FFFF_0000_0000;
+            assert!(!w.tag_probe(op1 & seq_mask, seq_mask), "{path:?}: a message of the alltoallv was never received");
+            c.close().await.unwrap();
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,18 +51,38 @@ pub(crate) fn bootstrap_table_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyRe
 }
 
 /// alltoallv's announcement of a part of `length` bytes sent in batches of `batch` (0: one
-/// message). Raises `ValueError` if the batches do not fit the tag layout.
+/// message), in a world of `world` ranks: the announcement's bytes, and whether the part
+/// itself must follow them in the same message (an inline part). Raises `ValueError` if the
+/// batches do not fit the tag layout.
 #[pyfunction]
-pub(crate) fn alltoallv_announce(py: Python<'_>, length: u64, batch: u32) -> PyResult<Bound<'_, PyBytes>> {
+pub(crate) fn alltoallv_announce(
+    py: Python<'_>,
+    length: u64,
+    batch: u32,
+    world: usize,
+) -> PyResult<(Bound<'_, PyBytes>, bool)> {
     let a = Announce::new(length, batch).map_err(value_error)?;
-    Ok(PyBytes::new(py, &a.encode()))
+    Ok((PyBytes::new(py, &a.encode()), a.is_inline(alltoallv::inline_max(world))))
 }
 
-/// Decodes an announcement into `(length, batch)`.
+/// The room to receive one announcement message in, in a world of `world` ranks.
 #[pyfunction]
-pub(crate) fn alltoallv_announce_decode(bytes: &[u8]) -> PyResult<(u64, u32)> {
-    let a = Announce::decode(bytes).map_err(value_error)?;
-    Ok((a.len, a.batch))
+pub(crate) fn alltoallv_announce_room(world: usize) -> usize {
+    alltoallv::LEN + alltoallv::inline_max(world)
+}
+
+/// Decodes an announcement message (the bytes received) in a world of `world` ranks into
+/// `(length, batch, inline part or None)`. Raises `ValueError` if the message is not exactly
+/// what its announcement says.
+#[pyfunction]
+pub(crate) fn alltoallv_announce_decode<'py>(
+    py: Python<'py>,
+    message: &[u8],
+    world: usize,
+) -> PyResult<(u64, u32, Option<Bound<'py, PyBytes>>)> {
+    let inline_max = alltoallv::inline_max(world);
+    let (a, data) = Announce::decode_message(message, inline_max).map_err(value_error)?;
+    Ok((a.len, a.batch, a.is_inline(inline_max).then(|| PyBytes::new(py, data))))
 }
 
 /// The messages of a part of `length` bytes in batches of `batch`: `(tag batch, start, stop)`

@@ -28,6 +28,9 @@ pub(crate) struct Endpoint {
 /// `Endpoint.tag_recv` and `recv`).
 pub(crate) struct TagRecv<'a> {
     pub(crate) tag: u64,
+    /// The message may be shorter than the buffer; the receive then resolves to its length
+    /// (`Endpoint.tag_recv_up_to_checked`).
+    pub(crate) up_to: bool,
     pub(crate) mask: u64,
     /// The endpoint whose closing or failure cancels the receive.
     pub(crate) ep: Option<&'a Arc<EpShared>>,
@@ -50,7 +53,7 @@ impl TagRecv<'_> {
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
         let op = Submission {
             submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
-            expect: Expect::new(name, Some(nbytes)),
+            expect: Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) },
             owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
         };
         submit::track_spinning(engine, buffer.py(), op, on_done, self.spin_us)
@@ -232,14 +235,24 @@ impl Endpoint {
         tag: u64,
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
-        // After a close that lost a message, a message waiting now may be the one after it:
-        // never hand that out.
-        let lost_one = lock(&self.shared.closed_because).is_some();
-        if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK) {
-            self.raise_on_error(py)?;
-            self.ep(py)?;
-        }
+        self.check_recv(py, tag)?;
         self.recv_spinning(py, buffer, tag, None, None, spin_us)
+    }
+
+    /// `tag_recv_checked` for a message of at most `buffer`'s size: returns its length when it
+    /// finished at once, else a future of the length. For messages whose size the receiver
+    /// cannot know (the collectives' announcements, which may carry a small part).
+    #[pyo3(signature = (buffer, tag, spin_us = 0))]
+    fn tag_recv_up_to_checked(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        tag: u64,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.check_recv(py, tag)?;
+        let recv = TagRecv { tag, up_to: true, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
+        self.post_recv(py, recv, buffer, None)
     }
 
     /// Counts messages that wait on `tag` against this endpoint (`Endpoint` watches its own
@@ -426,12 +439,40 @@ impl Endpoint {
         name: Option<String>,
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let recv = TagRecv { tag, mask: FULL_MASK, ep: Some(&self.shared), name, spin_us };
+        let recv = TagRecv { tag, up_to: false, mask: FULL_MASK, ep: Some(&self.shared), name, spin_us };
+        self.post_recv(py, recv, buffer, on_done)
+    }
+
+    /// Posts `recv` and, if it is left in flight, fails it at once should the peer be gone.
+    fn post_recv(
+        &self,
+        py: Python<'_>,
+        recv: TagRecv<'_>,
+        buffer: &Bound<'_, PyAny>,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let up_to = recv.up_to;
         let pending = recv.post(&self.engine, buffer, on_done)?;
-        if pending.is_some() {
+        // An up-to receive's return value is its length when it finished at once.
+        let in_flight = pending.as_ref().is_some_and(|p| !(up_to && p.bind(py).is_instance_of::<pyo3::types::PyInt>()));
+        if in_flight {
             self.fail_if_peer_gone(py);
         }
         Ok(pending)
+    }
+
+    /// `recv`'s checks before a receive: unless a message with `tag` is already waiting (it
+    /// can be received after the peer closed, not after we closed on a lost message), raises
+    /// the peer's failure, then `UCXCloseError` if closed.
+    fn check_recv(&self, py: Python<'_>, tag: u64) -> PyResult<()> {
+        // After a close that lost a message, a message waiting now may be the one after it:
+        // never hand that out.
+        let lost_one = lock(&self.shared.closed_because).is_some();
+        if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK) {
+            self.raise_on_error(py)?;
+            self.ep(py)?;
+        }
+        Ok(())
     }
 
     /// Fails this endpoint's unfinished operations if its peer has failed. A receive posted

@@ -81,6 +81,7 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::bootstrap_table_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_announce, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_announce_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::alltoallv_announce_room, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_messages, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_auto_buffered, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;

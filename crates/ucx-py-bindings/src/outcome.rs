@@ -2,7 +2,7 @@
 //! operation's name in error messages (`Name`), and the check of a received length against
 //! the one expected.
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::types::{PyBool, PyInt};
 use ucx_core::Completion;
 
 use crate::errors::{self, Kind};
@@ -44,13 +44,16 @@ pub(crate) struct Expect {
     pub(crate) stream_recv: bool,
     /// What success resolves to (default `True`).
     pub(crate) value: Option<Py<PyAny>>,
+    /// Receives: `len` is the room, a shorter message is fine, and success resolves to the
+    /// length received.
+    pub(crate) up_to: bool,
 }
 
 impl Expect {
     /// An operation named `name` that succeeds with `True`, filling exactly `len` bytes if
     /// given.
     pub(crate) fn new(name: Name, len: Option<usize>) -> Expect {
-        Expect { len, name, stream_recv: false, value: None }
+        Expect { len, name, stream_recv: false, value: None, up_to: false }
     }
 
     /// The outcome of a finished operation: its value, or the exception for its failure or
@@ -58,6 +61,7 @@ impl Expect {
     pub(crate) fn outcome(&self, py: Python<'_>, r: ucx_core::Result<Completion>) -> Outcome {
         match r {
             Ok(c) => match self.len {
+                Some(_) if self.up_to => Ok(PyInt::new(py, c.length).into_any().unbind()),
                 Some(n) if c.length != n => Err(errors::new(
                     py,
                     Kind::MsgTruncated,

@@ -1,4 +1,5 @@
-//! What Python gets back for a submitted operation: `None` when UCX finished it at once, an
+//! What Python gets back for a submitted operation: `None` when UCX finished it at once (an
+//! up-to receive's length instead, see `Expect::up_to`), an
 //! asyncio future whose cancellation cancels the operation in UCX, or (given a callback) a
 //! [`Request`]. With a spin, a call progresses the worker for a moment first, so a reply that
 //! lands meanwhile completes it inline, with no future and no trip through the event loop.
@@ -40,7 +41,8 @@ pub(crate) fn track<B: Send + 'static>(
     if let Some(out) = finished {
         drop(owned);
         buffer::release_deferred(py);
-        return out.map(|_| None);
+        // Finished at once: `None`, except for a receive whose value is its length.
+        return out.map(|v| expect.up_to.then_some(v));
     }
     // Making the future runs Python, which may let another thread progress and drain
     // meanwhile: `Engine::keep` copes with a completion drained before it.

@@ -195,7 +195,7 @@ impl Worker {
         ep: Option<&Endpoint>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let recv = TagRecv { tag, mask, ep: ep.map(|e| &e.shared), name, spin_us: 0 };
+        let recv = TagRecv { tag, up_to: false, mask, ep: ep.map(|e| &e.shared), name, spin_us: 0 };
         recv.post(&self.engine, buffer, on_done)
     }
 

@@ -34,6 +34,19 @@ pub struct Communicator {
     transports: OnceLock<Vec<Vec<String>>>,
     /// The bounce buffers, by peer; held for the length of one `alltoallv`.
     pool: tokio::sync::Mutex<Vec<PeerSlots>>,
+    /// `alltoallv`'s announcement buffers, taken for the length of a call and put back.
+    scratch: std::sync::Mutex<Scratch>,
+}
+
+/// The buffers of `alltoallv`'s first phase, kept so that calls allocate nothing once grown.
+#[derive(Default)]
+struct Scratch {
+    /// The announcement message to each rank.
+    sent: Vec<Vec<u8>>,
+    /// Room for each rank's announcement message, rank by rank.
+    incoming: Vec<u8>,
+    /// The length of each rank's announcement message.
+    got: Vec<usize>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -89,6 +102,7 @@ impl Communicator {
             bounce: Bounce::default(),
             transports: OnceLock::new(),
             pool: tokio::sync::Mutex::default(),
+            scratch: std::sync::Mutex::default(),
         };
         comm.barrier().await?;
         // Aborted, not closed: both sides let go at once, and a close's control message
@@ -249,22 +263,52 @@ impl Communicator {
             })?);
         }
         let seq = self.next_seq();
-        let others = || (0..self.size()).filter(move |&r| r != me);
-        // Phase 1 (batch 0): the announcements. This rank's own part never leaves the process.
-        let sent: Vec<[u8; announce_wire::LEN]> = mine.iter().map(Announce::encode).collect();
-        let mut incoming = vec![[0u8; announce_wire::LEN]; self.size()];
-        incoming[me] = sent[me];
-        let size_sends = others().map(|r| (r, &sent[r][..]));
-        let size_recvs = incoming.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, s)| (r, &mut s[..]));
-        self.exchange(op, seq, 0, size_sends, size_recvs).await?;
-        let mut theirs = Vec::with_capacity(self.size());
-        for (r, bytes) in incoming.iter().enumerate() {
-            let a = Announce::decode(bytes)
+        let size = self.size();
+        let inline_max = announce_wire::inline_max(size);
+        // Phase 1 (batch 0): the announcements, small parts inside them. This rank's own part
+        // never leaves the process. The message buffers are the communicator's, reused.
+        let mut scratch = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
+        scratch.sent.resize_with(size, Vec::new);
+        for (r, a) in mine.iter().enumerate() {
+            if r != me {
+                a.encode_message(parts[r], inline_max, &mut scratch.sent[r]);
+            }
+        }
+        let room = announce_wire::LEN + inline_max;
+        scratch.incoming.resize(room * size, 0);
+        scratch.got.clear();
+        scratch.got.resize(size, 0);
+        {
+            let mine_tag = tag::own(seq, me, 0, op)?;
+            let sends = (0..size).filter(|&r| r != me).map(|r| self.peers[r].send_tag(&scratch.sent[r][..], mine_tag));
+            let recvs = scratch
+                .incoming
+                .chunks_mut(room)
+                .zip(scratch.got.iter_mut())
+                .enumerate()
+                .filter(|(r, _)| *r != me)
+                .map(|(r, (buf, got))| async move {
+                    *got = self.peers[r].recv_tag(buf, tag::own(seq, r, 0, op)?, FULL_MASK).await?;
+                    Ok::<_, Error>(())
+                });
+            tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
+        }
+        // Each rank's announcement and its inline part (empty if none).
+        let mut theirs = Vec::with_capacity(size);
+        let mut inline = Vec::with_capacity(size);
+        for (r, message) in scratch.incoming.chunks(room).enumerate() {
+            if r == me {
+                theirs.push(mine[me]);
+                inline.push(&[][..]);
+                continue;
+            }
+            let (a, data) = Announce::decode_message(&message[..scratch.got[r]], inline_max)
                 .map_err(|e| Error::Protocol { op, detail: format!("rank {r} sent a bad announcement: {e}") })?;
             theirs.push(a);
+            inline.push(data);
         }
-        // Phase 2 (batches 1 and up): the parts, zero-size ones not sent at all.
-        out.resize_with(self.size(), Vec::new);
+        // Phase 2 (batches 1 and up): the parts that were not inline.
+        out.resize_with(size, Vec::new);
         for (r, (a, buf)) in theirs.iter().zip(out.iter_mut()).enumerate() {
             let n = usize::try_from(a.len).ok().filter(|&n| buf.try_reserve(n.saturating_sub(buf.len())).is_ok());
             let Some(n) = n else {
@@ -274,7 +318,11 @@ impl Communicator {
                 });
             };
             buf.clear();
-            buf.resize(n, 0);
+            if a.is_inline(inline_max) && r != me {
+                buf.extend_from_slice(inline[r]);
+            } else {
+                buf.resize(n, 0);
+            }
         }
         out[me].copy_from_slice(parts[me]);
         let uses_pool = mine.iter().chain(&theirs).any(|a| a.batch > 0);
@@ -285,6 +333,7 @@ impl Communicator {
             p.resize_with(size, PeerSlots::default);
             p.iter_mut()
         });
+        let travels = |a: &Announce| !a.is_inline(inline_max);
         let bounce = self.bounce;
         let mut transfers = Vec::new();
         for (r, buf) in out.iter_mut().enumerate() {
@@ -301,14 +350,30 @@ impl Communicator {
                 None => (&mut [], &mut []),
             };
             let (to, from) = (mine[r], theirs[r]);
+            let (send_it, recv_it) = (travels(&to), travels(&from));
+            if !send_it && !recv_it {
+                continue;
+            }
             let part = parts[r];
             transfers.push(async move {
-                let send = path::send_part(ep, part, to, |b| tag::own(seq, me, b, op), send_slots);
-                let recv = path::recv_part(ep, &mut buf[..], from, |b| tag::own(seq, r, b, op), recv_slots, op, r);
+                let send = async {
+                    if !send_it {
+                        return Ok(());
+                    }
+                    path::send_part(ep, part, to, |b| tag::own(seq, me, b, op), send_slots).await
+                };
+                let recv = async {
+                    if !recv_it {
+                        return Ok(());
+                    }
+                    path::recv_part(ep, &mut buf[..], from, |b| tag::own(seq, r, b, op), recv_slots, op, r).await
+                };
                 tokio::try_join!(send, recv).map(drop)
             });
         }
         try_join_all(transfers).await?;
+        drop(inline);
+        *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         Ok(())
     }
 
