@@ -317,10 +317,13 @@ impl Communicator {
                     detail: format!("rank {r} announced a part of {} bytes, which cannot be allocated", a.len),
                 });
             };
-            buf.clear();
             if a.is_inline(inline_max) && r != me {
+                buf.clear();
                 buf.extend_from_slice(inline[r]);
             } else {
+                // The receive overwrites every byte, so only growth is zeroed: a reused
+                // buffer costs no pass over its memory (1 MiB parts: a third of the call).
+                buf.truncate(n);
                 buf.resize(n, 0);
             }
         }
