@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # alltoallv on 2 and 4 ranks on this machine: our Communicator (examples/alltoall.rs) against
 # Open MPI's Alltoallv through mpi4py (scripts/alltoallv_mpi.py), per-pair sizes 1 KiB to
-# 64 MiB, same timing rule on both (3 warm-ups, median of the slowest rank's time per call).
+# 64 MiB, same timing rule on both (4 MiB / size warm-ups, 3 to 1000; median of the slowest rank's time per call).
 # Three pairings, so that no setting's win is counted as ours:
 #   defaults:  ours (UCX over TCP: error-handling endpoints keep shared memory off) vs MPI's
 #              defaults (shared memory);
