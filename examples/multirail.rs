@@ -3,7 +3,9 @@
 //!
 //! Run: `cargo run --release -p ucx-async --example multirail` (starts the peer itself).
 //! Each rail is its own UCX context and worker; `--devices a,b,...` gives rail i the
-//! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail).
+//! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail). `--serve --listen` and
+//! `--connect` run the two sides apart, e.g. in two network namespaces joined by one link per
+//! rail (`scripts/bench_multirail_netns.sh`).
 #[path = "common/launch.rs"]
 mod launch;
 #[path = "common/plot.rs"]
@@ -13,7 +15,7 @@ mod server_process;
 #[path = "common/usage.rs"]
 mod usage;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,7 @@ use ucx_async::{Endpoint, Listener, ProgressMode, RailGroup, Result, Split, Work
 const USAGE: &str = "usage: multirail [--modes SINGLE,MR,SPLIT,TEST] [--rails 1,2,4] [--stages 1,2,4]
                  [--ratios 0.5,0.75] [--sizes 1048576,8388608,67108864] [--iters N]
                  [--devices lo,lo,...] [--plot FILE.svg]
+                 [--serve [--listen IP,IP,...] | --connect IP:PORT,IP:PORT,...]
 
 Throughput of one peer process to another over 127.0.0.1, each rail its own UCX context:
   SINGLE  the whole message on rail 0's endpoint (the single-endpoint path)
@@ -31,7 +34,11 @@ Throughput of one peer process to another over 127.0.0.1, each rail its own UCX 
           --stages chunks per rail (RailGroup)
   TEST    SPLIT, with every byte checked by the receiver (prints OK or FAIL per point)
 Prints one RESULT line per point (MB/s = 10^6 bytes per second of message data) and, with
---plot, an SVG of MB/s against size. --iters messages per point (default 20; 4 above 16 MiB).";
+--plot, an SVG of MB/s against size. --iters messages per point (default 20; 4 above 16 MiB).
+Without --serve or --connect it starts the peer itself on 127.0.0.1. --serve: be the peer,
+listening for rail i on entry i of --listen (default 127.0.0.1), printing `PORT p0,p1,...`;
+--connect: dial rail i at entry i, instead of starting a peer. Both sides need the same sweep
+options.";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
@@ -57,6 +64,10 @@ struct Options {
     devices: Vec<String>,
     iters: usize,
     plot: Option<String>,
+    /// The peer's listening address for each rail (`--listen`).
+    listen: Vec<IpAddr>,
+    /// Where to dial each rail instead of starting a peer (`--connect`).
+    connect: Option<Vec<SocketAddr>>,
 }
 
 fn main() -> ExitCode {
@@ -79,9 +90,17 @@ fn main() -> ExitCode {
             }
         };
     }
-    let mut server_args = args[1..].to_vec();
-    server_args.push("--serve".into());
-    let r = server_process::run_with_server_ports("multirail", &server_args, |ports| rt.block_on(client(&opts, ports)));
+    let r = match &opts.connect {
+        Some(peers) => rt.block_on(client(&opts, peers)),
+        None => {
+            let mut server_args = args[1..].to_vec();
+            server_args.push("--serve".into());
+            server_process::run_with_server_ports("multirail", &server_args, |ports| {
+                let peers: Vec<SocketAddr> = ports.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
+                rt.block_on(client(&opts, &peers))
+            })
+        }
+    };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -157,7 +176,30 @@ fn options(args: &[String]) -> std::result::Result<Options, String> {
     }
     let iters = launch::number_option(args, "--iters", USAGE).unwrap_or(20);
     let plot = args.iter().position(|a| a == "--plot").and_then(|i| args.get(i + 1)).cloned();
-    Ok(Options { points, rail_counts, devices, iters, plot })
+    let mut listen = list("--listen", "127.0.0.1")
+        .iter()
+        .map(|a| a.parse::<IpAddr>().map_err(|_| format!("--listen: {a:?} is not an IP address")))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if listen.len() == 1 {
+        listen = vec![listen[0]; max_rails];
+    }
+    if listen.len() < max_rails {
+        return Err(format!("--listen: {} entries for {max_rails} rails", listen.len()));
+    }
+    let connect = match args.iter().any(|a| a == "--connect") {
+        false => None,
+        true => {
+            let peers = list("--connect", "")
+                .iter()
+                .map(|a| a.parse::<SocketAddr>().map_err(|_| format!("--connect: {a:?} is not an IP:PORT")))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            if peers.len() < max_rails {
+                return Err(format!("--connect: {} entries for {max_rails} rails", peers.len()));
+            }
+            Some(peers)
+        }
+    };
+    Ok(Options { points, rail_counts, devices, iters, plot, listen, connect })
 }
 
 fn iters_for(opts: &Options, size: usize) -> usize {
@@ -192,7 +234,8 @@ async fn serve(opts: &Options) -> Result<()> {
     let workers = rail_workers(&opts.devices[..max])?;
     let listeners = workers
         .iter()
-        .map(|w| Listener::bind(w, "127.0.0.1:0".parse().expect("an address")))
+        .zip(&opts.listen)
+        .map(|(w, ip)| Listener::bind(w, SocketAddr::new(*ip, 0)))
         .collect::<Result<Vec<_>>>()?;
     let ports: Vec<String> = listeners.iter().map(|l| l.local_addr().port().to_string()).collect();
     println!("PORT {}", ports.join(","));
@@ -241,14 +284,13 @@ async fn ack(ep: &Endpoint, ok: bool) -> Result<()> {
     ep.send(&[u8::from(ok)][..]).await
 }
 
-async fn client(opts: &Options, ports: &[u16]) -> Result<()> {
+async fn client(opts: &Options, peers: &[SocketAddr]) -> Result<()> {
     let max = opts.rail_counts.iter().copied().max().unwrap_or(1);
     let workers = rail_workers(&opts.devices[..max])?;
     println!("# mode rails stages ratio size MB/s (devices {})", opts.devices[..max].join(","));
     let mut results = Vec::new();
     for &rails in &opts.rail_counts {
-        let dial: Vec<(&Worker, SocketAddr)> =
-            workers.iter().zip(ports).take(rails).map(|(w, p)| (w, SocketAddr::from(([127, 0, 0, 1], *p)))).collect();
+        let dial: Vec<(&Worker, SocketAddr)> = workers.iter().zip(peers.iter().copied()).take(rails).collect();
         let group = RailGroup::connect(&dial).await?;
         let data = pattern(opts.points.iter().map(|p| p.size).max().unwrap_or(0), 0);
         for p in

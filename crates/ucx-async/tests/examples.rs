@@ -65,6 +65,40 @@ fn multirail_test_mode_checks_every_byte_with_its_own_peer() {
     assert!(stdout.lines().any(|l| l.starts_with("RESULT Split 3 2 0.75 3000000 ")), "{stdout}");
 }
 
+/// TEST mode across two network namespaces joined by one veth link per rail
+/// (`scripts/bench_multirail_netns.sh`): the peer listens on each rail's own address, each
+/// rail's context uses only its link, and every byte is checked. Needs root and `ip`; skipped
+/// (saying so) where either is missing.
+#[test]
+fn multirail_test_mode_over_separate_links_in_two_namespaces() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !root || !ip {
+        eprintln!("skipped: needs root and iproute2 (root {root}, ip {ip})");
+        return;
+    }
+    let exe = example("multirail").expect("example multirail is missing: run `cargo test -p ucx-async`");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bench_multirail_netns.sh");
+    let plot = std::env::temp_dir().join(format!("multirail-netns-{}.svg", std::process::id()));
+    let out = Command::new("bash")
+        .arg(&script)
+        .envs([("RAILS", "2"), ("RATE", "none"), ("MODES", "TEST"), ("SIZES", "0,1,65537,3000000")])
+        .envs([("STAGES", "1,2"), ("ITERS", "2"), ("PERFTEST", "0")])
+        .env("MULTIRAIL", &exe)
+        .env("PLOT", &plot)
+        .output()
+        .expect("run bench_multirail_netns.sh");
+    let _ = std::fs::remove_file(&plot);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("devices ra0,ra1"), "{stdout}");
+    let tests: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT Test ")).collect();
+    // Rails 1: 2 stages; rails 2: 2 stages x 1 ratio; 4 sizes each.
+    assert_eq!(tests.len(), (2 + 2) * 4, "{stdout}");
+    assert!(tests.iter().all(|l| l.ends_with(" OK")), "{stdout}");
+}
+
 #[test]
 fn hash_join_on_three_ranks_matches_the_single_process_join() {
     let stdout = run_example("hash_join", &["--ranks", "3", "--rows", "20000"]);
