@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ucx_async::core::Context;
 use ucx_async::{Endpoint, Listener, ProgressMode, RailGroup, Result, Split, Worker};
 
-const USAGE: &str = "usage: multirail [--modes SINGLE,MR,SPLIT,TEST] [--rails 1,2,4] [--stages 1,2,4]
+const USAGE: &str = "usage: multirail [--modes SINGLE,MR,SPLIT,TEST,PROFILE] [--rails 1,2,4] [--stages 1,2,4]
                  [--ratios 0.5,0.75] [--sizes 1048576,8388608,67108864] [--iters N]
                  [--devices lo,lo,...] [--plot FILE.svg]
                  [--serve [--listen IP,IP,...] | --connect IP:PORT,IP:PORT,...]
@@ -33,6 +33,9 @@ Throughput of one peer process to another over 127.0.0.1, each rail its own UCX 
   SPLIT   one message split over the rails by --ratios (the share on the peer rails) in
           --stages chunks per rail (RailGroup)
   TEST    SPLIT, with every byte checked by the receiver (prints OK or FAIL per point)
+  PROFILE SPLIT, timing each chunk (RailGroup::send_profiled): a PROFILE line per rail with
+          its share, when its last chunk finished (mean over messages) and its MB/s; the
+          rail that finishes last is the one to give less (--ratios)
 Prints one RESULT line per point (MB/s = 10^6 bytes per second of message data) and, with
 --plot, an SVG of MB/s against size. --iters messages per point (default 20; 4 above 16 MiB).
 Without --serve or --connect it starts the peer itself on 127.0.0.1. --serve: be the peer,
@@ -46,6 +49,7 @@ enum Mode {
     Mr,
     Split,
     Test,
+    Profile,
 }
 
 /// One point of the sweep; both processes walk the same list.
@@ -128,7 +132,8 @@ fn options(args: &[String]) -> std::result::Result<Options, String> {
             "MR" => Ok(Mode::Mr),
             "SPLIT" => Ok(Mode::Split),
             "TEST" => Ok(Mode::Test),
-            other => Err(format!("--modes: unknown mode {other:?} (SINGLE, MR, SPLIT, TEST)")),
+            "PROFILE" => Ok(Mode::Profile),
+            other => Err(format!("--modes: unknown mode {other:?} (SINGLE, MR, SPLIT, TEST, PROFILE)")),
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let rail_counts: Vec<usize> = numbers("--rails", "1,2,4")?.into_iter().map(|r| r as usize).collect();
@@ -262,7 +267,7 @@ async fn serve(opts: &Options) -> Result<()> {
                         let recvs = group.rails().iter().zip(parts).map(|(ep, part)| ep.recv(part));
                         futures_util::future::try_join_all(recvs).await?;
                     }
-                    Mode::Split | Mode::Test => {
+                    Mode::Split | Mode::Test | Mode::Profile => {
                         let n = group.recv(&mut buf).await?;
                         if p.mode == Mode::Test {
                             ok &= n == p.size && buf[..n] == pattern(p.size, i)[..];
@@ -299,11 +304,18 @@ async fn client(opts: &Options, peers: &[SocketAddr]) -> Result<()> {
             let split = Split::ratio(p.rails, p.ratio)?.stages(p.stages)?;
             let mut start = Instant::now();
             let iters = iters_for(opts, p.size);
+            let mut profile = RailProfile::new(p.rails);
             for i in 0..=iters {
                 if i == 1 {
                     start = Instant::now(); // iteration 0 warms up (registration, connections)
                 }
                 match p.mode {
+                    Mode::Profile => {
+                        let times = group.send_profiled(&data[..p.size], &split).await?;
+                        if i > 0 {
+                            profile.add(&times);
+                        }
+                    }
                     Mode::Single => group.rails()[0].send(&data[..p.size]).await?,
                     Mode::Mr => {
                         let part = p.size / rails;
@@ -326,6 +338,9 @@ async fn client(opts: &Options, peers: &[SocketAddr]) -> Result<()> {
                 _ => "",
             };
             println!("RESULT {:?} {} {} {} {} {:.0}{check}", p.mode, p.rails, p.stages, p.ratio, p.size, mbs);
+            if p.mode == Mode::Profile {
+                profile.print(&p, iters);
+            }
             if check == " FAIL" {
                 return Err(ucx_async::Error::Protocol {
                     op: "multirail TEST",
@@ -345,6 +360,62 @@ async fn client(opts: &Options, peers: &[SocketAddr]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// PROFILE's sums, per rail: bytes sent, and the time its last chunk of each message finished.
+struct RailProfile {
+    bytes: Vec<u64>,
+    last: Vec<Duration>,
+}
+
+impl RailProfile {
+    fn new(rails: usize) -> RailProfile {
+        RailProfile { bytes: vec![0; rails], last: vec![Duration::ZERO; rails] }
+    }
+
+    fn add(&mut self, chunks: &[ucx_async::multirail::ChunkTime]) {
+        let mut last = vec![Duration::ZERO; self.last.len()];
+        for c in chunks {
+            self.bytes[c.rail] += c.bytes;
+            last[c.rail] = last[c.rail].max(c.finished);
+        }
+        for (sum, l) in self.last.iter_mut().zip(last) {
+            *sum += l;
+        }
+    }
+
+    /// One line per rail: share of the bytes, mean time to its last chunk, its MB/s over that
+    /// time; then which rail finished last and by how much.
+    fn print(&self, p: &Point, messages: usize) {
+        let total: u64 = self.bytes.iter().sum::<u64>().max(1);
+        let n = messages.max(1) as u32;
+        let mean: Vec<Duration> = self.last.iter().map(|d| *d / n).collect();
+        for (rail, (bytes, done)) in self.bytes.iter().zip(&mean).enumerate() {
+            let per_message = *bytes as f64 / f64::from(n);
+            println!(
+                "PROFILE {} {} {} {} rail={rail} share={:.1}% last_chunk_ms={:.3} MB/s={:.0}",
+                p.rails,
+                p.stages,
+                p.ratio,
+                p.size,
+                100.0 * *bytes as f64 / total as f64,
+                done.as_secs_f64() * 1e3,
+                per_message / done.as_secs_f64().max(1e-9) / 1e6
+            );
+        }
+        let (slow, fast) =
+            (mean.iter().enumerate().max_by_key(|(_, d)| **d), mean.iter().filter(|d| !d.is_zero()).min());
+        if let (Some((rail, slowest)), Some(fastest)) = (slow, fast) {
+            println!(
+                "PROFILE {} {} {} {} slowest=rail{rail} spread={:.2}x",
+                p.rails,
+                p.stages,
+                p.ratio,
+                p.size,
+                slowest.as_secs_f64() / fastest.as_secs_f64().max(1e-9)
+            );
+        }
+    }
 }
 
 /// MB/s against message size (log scale), one line per mode, rail count, stages and ratio.

@@ -7,9 +7,9 @@
 # UCX's own multi-rail (UCX_MAX_RNDV_RAILS / UCX_MAX_EAGER_RAILS), same settings.
 #
 # Needs root (ip netns, tc). RAILS (default 2), RATE (a tc rate, or "none" for unshaped veth),
-# MODES, SIZES, ITERS and STAGES shape the sweep; PERFTEST=0 skips ucx_perftest; MULTIRAIL=path
-# uses that multirail binary instead of building the release one. Expects scripts/setup.sh to
-# have run.
+# MODES, SIZES, ITERS, STAGES and RATIOS (default: an even share) shape the sweep; PERFTEST=0
+# skips ucx_perftest; MULTIRAIL=path uses that multirail binary instead of building the release
+# one. Expects scripts/setup.sh to have run.
 # Writes the plot to docs/multirail-netns.svg (PLOT= elsewhere).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +32,7 @@ else
     MR="$ROOT/target/release/examples/multirail"
 fi
 LIBUCX="$("$ROOT/.venv/bin/python" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
-PERFTEST="$LIBUCX/bin/ucx_perftest"
+PERFTEST_BIN="$LIBUCX/bin/ucx_perftest"
 export LD_LIBRARY_PATH="$LIBUCX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export UCX_TLS=tcp
 
@@ -74,7 +74,7 @@ for _ in $(seq 50); do
 done
 join_by() { local IFS="$1"; shift; echo "$*"; }
 RAIL_COUNTS=$(seq -s, 1 "$RAILS")
-SWEEP=(--modes "${MODES:-SINGLE,MR,SPLIT}" --rails "$RAIL_COUNTS" --stages "$STAGES" --ratios "$(awk -v n="$RAILS" 'BEGIN { printf "%.4g", (n - 1) / n }')" --sizes "$SIZES" --iters "$ITERS")
+SWEEP=(--modes "${MODES:-SINGLE,MR,SPLIT}" --rails "$RAIL_COUNTS" --stages "$STAGES" --ratios "${RATIOS:-$(awk -v n="$RAILS" 'BEGIN { printf "%.4g", (n - 1) / n }')}" --sizes "$SIZES" --iters "$ITERS")
 echo "# $RAILS rails, each a veth pair between two namespaces, shaped to $RATE; UCX_TLS=tcp; UCX $("$ROOT/.venv/bin/python" -c 'from importlib.metadata import version; print(version("libucx-cu12"))')"
 
 # The multirail sweep: the peer in B listening on each rail's address, the client in A.
@@ -99,11 +99,11 @@ perftest() { # label, server devices, client devices, extra env...
     local label=$1 sdev=$2 cdev=$3
     shift 3
     for size in ${SIZES//,/ }; do
-        env "$@" UCX_NET_DEVICES="$sdev" ip netns exec "$B" "$PERFTEST" -p 13377 >/dev/null 2>&1 &
+        env "$@" UCX_NET_DEVICES="$sdev" ip netns exec "$B" "$PERFTEST_BIN" -p 13377 >/dev/null 2>&1 &
         local s=$!
         sleep 0.5
         local out
-        out=$(env "$@" UCX_NET_DEVICES="$cdev" ip netns exec "$A" "$PERFTEST" "${IP_B[0]}" -p 13377 -t tag_bw -s "$size" -n "$ITERS" -w 1 2>&1 | awk '/Final:/ {print $(NF-2)}')
+        out=$(env "$@" UCX_NET_DEVICES="$cdev" ip netns exec "$A" "$PERFTEST_BIN" "${IP_B[0]}" -p 13377 -t tag_bw -s "$size" -n "$ITERS" -w 1 2>&1 | awk '/Final:/ {print $(NF-2)}')
         wait "$s" || true
         # perftest reports MB/s as 2^20 B/s; print 10^6 B/s as the multirail example does.
         echo "PERFTEST $label $size $(awk -v m="$out" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')"

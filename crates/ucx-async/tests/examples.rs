@@ -52,17 +52,33 @@ fn multirail_answers_help() {
 }
 
 /// The multi-rail CLI's TEST mode against the peer process it starts: every point's bytes
-/// checked by the receiver (a point that differs prints FAIL and fails the run).
+/// checked by the receiver (a point that differs prints FAIL and fails the run); and its
+/// PROFILE mode's per-rail lines.
 #[test]
 fn multirail_test_mode_checks_every_byte_with_its_own_peer() {
-    let args =
-        ["--modes", "TEST,SPLIT", "--rails", "1,3", "--stages", "1,2", "--sizes", "0,1,65537,3000000", "--iters", "2"];
+    let args = [
+        "--modes",
+        "TEST,SPLIT,PROFILE",
+        "--rails",
+        "1,3",
+        "--stages",
+        "1,2",
+        "--sizes",
+        "0,1,65537,3000000",
+        "--iters",
+        "2",
+    ];
     let stdout = run_example("multirail", &args);
     let tests: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT Test ")).collect();
     // Rails 1: 2 stages x 1 ratio; rails 3: 2 stages x 2 ratios; 4 sizes each.
     assert_eq!(tests.len(), (2 + 4) * 4, "{stdout}");
     assert!(tests.iter().all(|l| l.ends_with(" OK")), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("RESULT Split 3 2 0.75 3000000 ")), "{stdout}");
+    // PROFILE: a line per rail with its share, then which rail finished last.
+    let profile: Vec<&str> = stdout.lines().filter(|l| l.starts_with("PROFILE 3 2 0.75 3000000 ")).collect();
+    assert_eq!(profile.len(), 4, "{stdout}");
+    assert!(profile[0].contains("rail=0 share=25.0% ") && profile[1].contains("rail=1 share=37.5% "), "{stdout}");
+    assert!(profile[3].contains("slowest=rail"), "{stdout}");
 }
 
 /// TEST mode across two network namespaces joined by one veth link per rail

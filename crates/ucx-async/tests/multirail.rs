@@ -156,6 +156,36 @@ async fn messages_are_received_in_order_while_sends_overlap() {
     .await;
 }
 
+/// `send_profiled` sends as `send` does, and times every non-empty chunk once: each on the
+/// rail and with the length its share gives, all within the call.
+#[tokio::test(flavor = "current_thread")]
+async fn a_profiled_send_times_every_chunk_on_its_rail() {
+    let split = Split::weights(vec![1.0, 2.0, 0.0]).unwrap().stages(2).unwrap();
+    let size = 3 << 20;
+    let (_, times) = run(
+        3,
+        std::convert::identity,
+        move |g| async move { expect(&g.unwrap(), &pattern(size, 5)).await },
+        |g| async move {
+            let g = g.unwrap();
+            let t = std::time::Instant::now();
+            let times = g.send_profiled(&pattern(size, 5), &split).await.unwrap();
+            (times, t.elapsed())
+        },
+    )
+    .await;
+    let (times, took) = times;
+    // Two stages on rails 0 and 1; rail 2's share is empty, so it sends nothing.
+    assert_eq!(times.len(), 4, "{times:?}");
+    let on = |rail: usize| times.iter().filter(|c| c.rail == rail).map(|c| c.bytes).sum::<u64>();
+    assert_eq!((on(0), on(1), on(2)), (1 << 20, 2 << 20, 0), "{times:?}");
+    let mut parts: Vec<(usize, u16)> = times.iter().map(|c| (c.rail, c.part)).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    assert_eq!(parts.len(), 4, "every chunk once: {times:?}");
+    assert!(times.iter().all(|c| c.part > 0 && c.finished <= took), "{times:?} within {took:?}");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn bad_input_is_refused_with_the_reason() {
     let (e, ()) = run(

@@ -7,7 +7,8 @@
 //! - `split`: [`Split`], each rail's share (even, by the seed's ratio, by weights) and the
 //!   number of pipeline stages (chunks in flight per rail). Pure arithmetic.
 //! - `group`: [`RailGroup`]: connect and accept (each rail says which group and rail it is),
-//!   send (a header on rail 0, then every chunk at once), receive (each chunk straight into
+//!   send (a header on rail 0, then every chunk at once; timed per chunk by
+//!   `send_profiled`, [`ChunkTime`]), receive (each chunk straight into
 //!   its place in the caller's buffer), abort on any rail's failure.
 //! - `listener`: [`RailListener`], groups from many clients at once, each assembled from the
 //!   rails that name it.
@@ -17,6 +18,6 @@ mod group;
 mod listener;
 mod split;
 
-pub use group::RailGroup;
+pub use group::{ChunkTime, RailGroup};
 pub use listener::{RailListener, MAX_INCOMPLETE_GROUPS};
 pub use split::Split;
