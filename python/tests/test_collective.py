@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -96,6 +97,52 @@ def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path,
             assert "RESULT impl=ucx-async" in stdout
 
 
+def _stale_rendezvous(path):
+    """An earlier job's rendezvous file: an address nobody listens on any more."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path.write_text(native.rendezvous_text("127.0.0.1", port))
+
+
+def test_ranks_meet_at_a_rendezvous_file_with_mpi_variables_only(tmp_path):
+    """Open MPI's variables and a rendezvous file, no MASTER_ADDR/MASTER_PORT (mpirun sets
+    none): rank 0 starts last, over a file an earlier job left; every rank runs the selftest,
+    and the file is gone after."""
+    path = tmp_path / "job.addr"
+    _stale_rendezvous(path)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    env.update(OMPI_COMM_WORLD_SIZE="3", UCXA_RENDEZVOUS_FILE=str(path), UCX_NET_DEVICES="lo")
+    procs = []
+    for rank in (1, 2, 0):
+        if rank == 0:
+            time.sleep(0.5)  # the others have found the old file
+        cmd = [sys.executable, RANK_SCRIPT, "selftest"]
+        procs.append(subprocess.Popen(cmd, env=dict(env, OMPI_COMM_WORLD_RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+    for status, stdout in _finish(procs):
+        assert status == 0, stdout
+        assert "OK rank" in stdout
+    assert not path.exists(), "rank 0 removes the file once every rank has joined"
+
+
+def test_python_and_rust_ranks_meet_at_a_rendezvous_file(rust_alltoall, tmp_path):
+    """The same file format in both languages: a Rust rank 1 between Python ranks 0 and 2."""
+    path = tmp_path / "job.addr"
+    _stale_rendezvous(path)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(WORLD_SIZE="3", UCXA_RENDEZVOUS_FILE=str(path), UCX_NET_DEVICES="lo")
+    procs = []
+    for rank in range(3):
+        if rank == 1:
+            cmd = [rust_alltoall, "--max-size", "4096", "--iters", "2"]
+        else:
+            cmd = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "4096", "2"]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+    for rank, (status, stdout) in enumerate(_finish(procs)):
+        assert status == 0, (rank, stdout)
+    assert not path.exists()
+
+
 HASH_JOIN_PY = str(ROOT / "examples" / "python" / "hash_join.py")
 
 
@@ -135,6 +182,10 @@ def test_launch_env_reads_torchrun_mpi_and_pmi_and_names_bad_values():
     root = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     for r, s in [("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]:
         assert launch_env({r: "2", s: "4", **root}) == (2, 4, "127.0.0.1", 29500)
+    # A rendezvous file needs no port, and wins over MASTER_PORT; MASTER_ADDR says where rank 0 listens.
+    rdv = {"UCXA_RENDEZVOUS_FILE": "/shared/job.addr"}
+    assert launch_env({"PMI_RANK": "1", "PMI_SIZE": "2", **rdv}) == (1, 2, "127.0.0.1", None)
+    assert launch_env({"RANK": "0", "WORLD_SIZE": "2", **root, **rdv}) == (0, 2, "127.0.0.1", None)
     for env, text in [
         (root, "no launcher variables"),
         ({"RANK": "x", "WORLD_SIZE": "2", **root}, "RANK='x'"),

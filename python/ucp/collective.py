@@ -19,6 +19,7 @@ import asyncio
 import collections
 import logging
 import os
+import socket
 import time
 
 from . import _ucx_async as _native
@@ -35,12 +36,17 @@ _MAX_HELLO = 64 << 10
 _PATHS = ("auto", "direct", "buffered")
 BOOTSTRAP_TIMEOUT = 60.0
 
+#: The variable naming a rendezvous file (``Communicator.bootstrap``'s ``rendezvous_file``).
+RENDEZVOUS_FILE = "UCXA_RENDEZVOUS_FILE"
+
 
 def launch_env(environ=None):
     """``(rank, size, host, port)`` from what launchers set: torchrun (``RANK``,
     ``WORLD_SIZE``), Open MPI (``OMPI_COMM_WORLD_RANK``/``_SIZE``) or PMI (``PMI_RANK``/
-    ``_SIZE``), with rank 0's address in ``MASTER_ADDR``/``MASTER_PORT``. Raises
-    ``ValueError`` naming what is missing or wrong."""
+    ``_SIZE``), with rank 0's address in ``MASTER_ADDR``/``MASTER_PORT``. Where
+    ``UCXA_RENDEZVOUS_FILE`` is set (ranks meet at that file, see ``Communicator.bootstrap``),
+    ``port`` is ``None`` (rank 0 takes any free port) and ``host`` defaults to 127.0.0.1, as in
+    ucx-async's ``Launch``. Raises ``ValueError`` naming what is missing or wrong."""
     env = os.environ if environ is None else environ
     pairs = [("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]
     found = next(((r, s) for r, s in pairs if r in env and s in env), None)
@@ -58,8 +64,10 @@ def launch_env(environ=None):
         raise ValueError(f"{found[1]}={size}: a world has 1 to 65536 ranks")
     if not 0 <= rank < size:
         raise ValueError(f"{found[0]}={rank} is not below {found[1]}={size}")
+    if env.get(RENDEZVOUS_FILE):
+        return rank, size, env.get("MASTER_ADDR", "127.0.0.1"), None
     if "MASTER_ADDR" not in env:
-        raise ValueError("MASTER_ADDR is not set (rank 0's host)")
+        raise ValueError(f"MASTER_ADDR is not set (rank 0's host), nor {RENDEZVOUS_FILE} (a file to meet at)")
     port = number("MASTER_PORT")
     if not 1 <= port <= 65535:
         raise ValueError(f"MASTER_PORT={port} is not a port number")
@@ -105,14 +113,20 @@ class Communicator:
     async def from_env(cls, net_devices=None):
         """Joins the job the launcher's environment describes (``launch_env``)."""
         rank, size, host, port = launch_env()
-        return await cls.bootstrap(rank, size, host, port, net_devices=net_devices)
+        path = os.environ.get(RENDEZVOUS_FILE) or None
+        return await cls.bootstrap(rank, size, host, port, net_devices=net_devices, rendezvous_file=path)
 
     @classmethod
-    async def bootstrap(cls, rank, size, host, port, net_devices=None):
+    async def bootstrap(cls, rank, size, host, port, net_devices=None, rendezvous_file=None):
         """Joins a job of ``size`` ranks as ``rank``: rank 0 listens on ``host``:``port``, the
         others connect to it (retrying for up to ``BOOTSTRAP_TIMEOUT`` seconds while it is not
-        up yet). ``net_devices="auto"``: initialise ``ucp`` with the devices nearest this
-        rank's GPU (``rank_net_devices``), if ``ucp`` is not initialised yet."""
+        up yet). With ``rendezvous_file`` (a path every rank sees, new per job) they meet
+        there instead: rank 0 listens on ``host`` and any free port (``port`` ``None`` or 0),
+        writes its address to the file (whole, by a rename) and removes it once all have
+        joined; the others wait for the file and read it again while its address does not
+        answer (a file an earlier job left). ``net_devices="auto"``: initialise ``ucp`` with
+        the devices nearest this rank's GPU (``rank_net_devices``), if ``ucp`` is not
+        initialised yet."""
         if not 1 <= size <= 1 << 16:
             raise ValueError(f"a world has 1 to 65536 ranks, not {size}")
         if not 0 <= rank < size:
@@ -123,9 +137,9 @@ class Communicator:
             raise ValueError(f"net_devices must be None or \"auto\", not {net_devices!r}")
         mine = bytes(core.get_worker_address())
         if rank == 0:
-            table, boot = await _serve(size, host, port, mine)
+            table, boot = await _serve(size, host, port or 0, mine, rendezvous_file)
         else:
-            table, boot = await _join(rank, size, host, port, mine)
+            table, boot = await _join(rank, size, host, port, mine, rendezvous_file)
         eps = [await core.create_endpoint_from_worker_address(UCXAddress.from_buffer(a)) for a in table]
         comm = cls(rank, eps)
         await comm.barrier()
@@ -336,7 +350,29 @@ def _init_nearest_devices():
         core.init({"NET_DEVICES": devices})
 
 
-async def _serve(size, host, port, mine):
+def _publish(path, host, port):
+    """Writes the rendezvous file for rank 0 at ``host``:``port``, whole (a rename)."""
+    ip = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(_native.rendezvous_text(ip, port))
+    os.replace(tmp, path)
+
+
+def _read_rendezvous(path):
+    """Rank 0's ``(ip, port)`` from the rendezvous file, ``None`` while it is not there."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return _native.rendezvous_parse(text)
+    except ValueError as e:
+        raise ValueError(f"the rendezvous file {path} is not ours: {e}") from None
+
+
+async def _serve(size, host, port, mine, rendezvous_file=None):
     """Rank 0: collects every other rank's hello on a listener, answers each with the table."""
     table = [None] * size
     table[0] = mine
@@ -361,19 +397,35 @@ async def _serve(size, host, port, mine):
 
     listener = core.create_listener(handler, port=port, ip=host if host not in ("", "0.0.0.0") else None)
     try:
+        if rendezvous_file is not None:
+            _publish(rendezvous_file, host, listener.port)
         if size > 1:
             await done
         blob = _native.bootstrap_table(table)
         await asyncio.gather(*(ep.send_obj(blob) for ep in joined))
     finally:
         listener.close()
+        if rendezvous_file is not None:  # every rank has read it, or the bootstrap failed:
+            try:  # a later job must not find it
+                os.remove(rendezvous_file)
+            except FileNotFoundError:
+                pass
     return table, joined
 
 
-async def _join(rank, size, host, port, mine):
-    """Ranks 1 and up: connect to rank 0 (retrying while it is not up), hello, table."""
+async def _join(rank, size, host, port, mine, rendezvous_file=None):
+    """Ranks 1 and up: connect to rank 0 (retrying while it is not up, reading the rendezvous
+    file again each time if there is one), hello, table."""
     deadline = time.monotonic() + BOOTSTRAP_TIMEOUT
     while True:
+        if rendezvous_file is not None:
+            root = _read_rendezvous(rendezvous_file)
+            if root is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the rendezvous file {rendezvous_file} did not appear within {BOOTSTRAP_TIMEOUT} s")
+                await asyncio.sleep(0.1)
+                continue
+            host, port = root
         try:
             ep = await core.create_endpoint(host, port)
             break

@@ -192,6 +192,43 @@ async fn parts_at_the_inline_edge_arrive_and_leave_nothing_unreceived() {
     }
 }
 
+/// Ranks that meet at a rendezvous file: rank 0 starts last, after an earlier job's file
+/// (an address nobody listens on) sat there; every rank joins, and the file is gone after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_meet_at_a_rendezvous_file_even_over_one_an_earlier_job_left() {
+    let dir = std::env::temp_dir().join(format!("ucxa-rendezvous-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.addr");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // closed at once
+    std::fs::write(&path, ucx_async::core::wire::bootstrap::rendezvous_text(dead)).unwrap();
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    let mut ranks = Vec::new();
+    for rank in [1usize, 2, 0] {
+        if rank == 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await; // the others found the old file
+        }
+        let (w, path) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), path.clone());
+        ranks.push(tokio::spawn(async move {
+            let any = "127.0.0.1:0".parse().unwrap();
+            let c = Communicator::bootstrap_file(&w, rank, 3, &path, any).await.unwrap();
+            let mut all = [0u8; 3];
+            c.allgather(&[c.rank() as u8], &mut all).await.unwrap();
+            assert_eq!(all, [0, 1, 2]);
+            c.close().await.unwrap();
+        }));
+    }
+    for r in ranks {
+        tokio::time::timeout(Duration::from_secs(60), r).await.expect("no rank hangs").unwrap();
+    }
+    assert!(!path.exists(), "rank 0 removes the file once every rank has joined");
+    // A file that is not a rendezvous file is an error that names it, not a wait.
+    std::fs::write(&path, "hello").unwrap();
+    let w = Worker::new(&ctx, ProgressMode::Event).unwrap();
+    let e = Communicator::bootstrap_file(&w, 1, 2, &path, "127.0.0.1:0".parse().unwrap()).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("job.addr"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allgather_and_messages_by_rank() {
     world(4, |c| async move {

@@ -50,6 +50,22 @@ pub(crate) fn bootstrap_table_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyRe
     Ok(table.iter().map(|a| PyBytes::new(py, a)).collect())
 }
 
+/// The rendezvous file's text for rank 0 listening at `ip`:`port`. Raises `ValueError` if
+/// `ip` is not an IP address.
+#[pyfunction]
+pub(crate) fn rendezvous_text(ip: &str, port: u16) -> PyResult<String> {
+    let ip: std::net::IpAddr =
+        ip.parse().map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("{ip:?} is not an IP address")))?;
+    Ok(bootstrap::rendezvous_text(std::net::SocketAddr::new(ip, port)))
+}
+
+/// Rank 0's `(ip, port)` from a rendezvous file's text; `ValueError` if it is not one.
+#[pyfunction]
+pub(crate) fn rendezvous_parse(text: &str) -> PyResult<(String, u16)> {
+    let addr = bootstrap::rendezvous_parse(text).map_err(value_error)?;
+    Ok((addr.ip().to_string(), addr.port()))
+}
+
 /// alltoallv's announcement of a part of `length` bytes sent in batches of `batch` (0: one
 /// message), in a world of `world` ranks: the announcement's bytes, and whether the part
 /// itself must follow them in the same message (an inline part). Raises `ValueError` if the

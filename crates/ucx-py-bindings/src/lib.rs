@@ -79,6 +79,8 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::bootstrap_hello_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_table, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_table_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::rendezvous_text, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::rendezvous_parse, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_announce, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_announce_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_announce_room, m)?)?;

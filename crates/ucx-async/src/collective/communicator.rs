@@ -5,6 +5,7 @@
 //! message's tag (see `tag`), so every rank must call the same collectives in the same order
 //! and await each before starting the next, as with MPI.
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -12,10 +13,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::try_join_all;
 
 use super::bootstrap;
-use super::launch::Launch;
+use super::launch::{Launch, Root};
 use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
+use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
 use crate::core::{RecvBuffer, SendBuffer, FULL_MASK};
 use crate::{Endpoint, Error, Listener, Result, Worker};
 
@@ -59,7 +61,69 @@ impl Communicator {
     /// Joins the job the launcher's environment describes ([`Launch::from_env`]).
     pub async fn from_env(worker: &Worker) -> Result<Communicator> {
         let l = Launch::from_env()?;
-        Communicator::bootstrap(worker, l.rank, l.size, l.root).await
+        match l.root {
+            Root::Address(root) => Communicator::bootstrap(worker, l.rank, l.size, root).await,
+            Root::File { path, bind } => Communicator::bootstrap_file(worker, l.rank, l.size, &path, bind).await,
+        }
+    }
+
+    /// Joins a job of `size` ranks as `rank`, meeting at the rendezvous file `path` (on a file
+    /// system every rank sees; a new path per job): rank 0 listens at `bind` (port 0: any free
+    /// port), writes the address it got there (`wire::bootstrap::rendezvous_text`, written
+    /// whole by a rename) and removes it once every rank has joined; the others wait for the
+    /// file for up to [`BOOTSTRAP_TIMEOUT`], reading it again while its address does not
+    /// answer (a file left by an earlier job).
+    pub async fn bootstrap_file(
+        worker: &Worker,
+        rank: usize,
+        size: usize,
+        path: &Path,
+        bind: SocketAddr,
+    ) -> Result<Communicator> {
+        const OP: &str = "Communicator::bootstrap_file";
+        check_world(rank, size)?;
+        let io =
+            |what: &str, e: std::io::Error| invalid(OP, format!("{what} the rendezvous file {}: {e}", path.display()));
+        if rank == 0 {
+            let listener = Listener::bind(worker, bind)?;
+            let text = rendezvous_text(listener.local_addr());
+            let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+            std::fs::write(&tmp, text).map_err(|e| io("cannot write", e))?;
+            std::fs::rename(&tmp, path).map_err(|e| io("cannot move into place", e))?;
+            let joined = bootstrap::serve(worker, &listener, size).await;
+            // Every rank has read it (or the bootstrap failed): a later job must not find it.
+            let _ = std::fs::remove_file(path);
+            return Communicator::connect(worker, 0, joined?).await;
+        }
+        let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
+        let joined = loop {
+            let root = match std::fs::read_to_string(path) {
+                Ok(text) => Some(
+                    rendezvous_parse(&text)
+                        .map_err(|e| invalid(OP, format!("the rendezvous file {} is not ours: {e}", path.display()))),
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io("cannot read", e)),
+            };
+            let tried = match root {
+                Some(root) => match bootstrap::join(worker, rank, size, root?).await {
+                    Ok(j) => break j,
+                    Err(e @ Error::Protocol { .. }) => return Err(e),
+                    Err(e) => Some(e),
+                },
+                None => None,
+            };
+            if Instant::now() >= deadline {
+                return Err(tried.unwrap_or_else(|| {
+                    invalid(
+                        OP,
+                        format!("the rendezvous file {} did not appear within {BOOTSTRAP_TIMEOUT:?}", path.display()),
+                    )
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        Communicator::connect(worker, rank, joined).await
     }
 
     /// Joins a job of `size` ranks as `rank`; rank 0 listens on `root`, the others connect

@@ -1,25 +1,46 @@
 //! Rank, world size and the root's address from what launchers already set, without I/O:
 //! torchrun (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), Open MPI
 //! (`OMPI_COMM_WORLD_RANK`/`_SIZE`), PMI launchers such as MPICH and Slurm (`PMI_RANK`/`_SIZE`).
-//! The root's address comes from `MASTER_ADDR`/`MASTER_PORT` in every case (MPI launchers set
-//! no address; export those two alongside).
-use std::net::{SocketAddr, ToSocketAddrs};
+//! The root's address comes from `MASTER_ADDR`/`MASTER_PORT`, or, where
+//! `UCXA_RENDEZVOUS_FILE` names a file all ranks can see, from that file: rank 0 listens on any
+//! free port (of `MASTER_ADDR`'s host if set, else 127.0.0.1) and writes its address there,
+//! which suits MPI launchers (they set no address).
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 
 use super::tag::{invalid, MAX_RANKS};
 use crate::Result;
 
 /// Where this process stands in a launched job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
     /// This process's rank, below `size`.
     pub rank: usize,
     /// How many ranks the job has.
     pub size: usize,
-    /// Rank 0's listener address, which every rank reaches for the bootstrap.
-    pub root: SocketAddr,
+    /// How the ranks reach rank 0 for the bootstrap.
+    pub root: Root,
+}
+
+/// How the ranks of a launched job find rank 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// Rank 0 listens at this address and the others dial it (`MASTER_ADDR`/`MASTER_PORT`).
+    Address(SocketAddr),
+    /// Rank 0 listens at `bind` (port 0: any free one) and writes the address it got to
+    /// `path`; the others read it there (`UCXA_RENDEZVOUS_FILE`).
+    File {
+        /// The rendezvous file, on a file system every rank sees; use a new path per job.
+        path: PathBuf,
+        /// Where rank 0 listens.
+        bind: SocketAddr,
+    },
 }
 
 const OP: &str = "Launch::from_env";
+
+/// The variable naming a rendezvous file (see [`Root::File`]).
+pub const RENDEZVOUS_FILE: &str = "UCXA_RENDEZVOUS_FILE";
 
 impl Launch {
     /// Reads the process environment (see the module doc).
@@ -45,17 +66,28 @@ impl Launch {
         if rank >= size {
             return Err(invalid(OP, format!("{rank_var}={rank} is not below {size_var}={size}")));
         }
-        let host = var("MASTER_ADDR").ok_or_else(|| invalid(OP, "MASTER_ADDR is not set (rank 0's host)".into()))?;
+        let resolve = |host: &str, port: u16| {
+            (host, port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| invalid(OP, format!("MASTER_ADDR={host:?} does not resolve")))
+        };
+        if let Some(path) = var(RENDEZVOUS_FILE).filter(|p| !p.is_empty()) {
+            let bind = match var("MASTER_ADDR") {
+                Some(host) => resolve(&host, 0)?,
+                None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            };
+            return Ok(Launch { rank, size, root: Root::File { path: path.into(), bind } });
+        }
+        let host = var("MASTER_ADDR").ok_or_else(|| {
+            invalid(OP, format!("MASTER_ADDR is not set (rank 0's host), nor {RENDEZVOUS_FILE} (a file to meet at)"))
+        })?;
         let port = number("MASTER_PORT").ok().filter(|p| (1..=65_535).contains(p));
         let Some(port) = port else {
             return Err(invalid(OP, format!("MASTER_PORT={:?} is not a port number", var("MASTER_PORT"))));
         };
-        let root = (host.as_str(), port as u16)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| invalid(OP, format!("MASTER_ADDR={host:?} does not resolve")))?;
-        Ok(Launch { rank, size, root })
+        Ok(Launch { rank, size, root: Root::Address(resolve(&host, port as u16)?) })
     }
 
     /// This process's rank among the ranks on its host (each rank on a host driving its own
@@ -97,8 +129,21 @@ mod tests {
             [("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]
         {
             let l = launch(&[(r, "2"), (s, "4"), ROOT[0], ROOT[1]]).unwrap();
-            assert_eq!(l, Launch { rank: 2, size: 4, root }, "{r}");
+            assert_eq!(l, Launch { rank: 2, size: 4, root: Root::Address(root) }, "{r}");
         }
+    }
+
+    #[test]
+    fn a_rendezvous_file_needs_no_port_and_wins_over_the_address() {
+        let file = (RENDEZVOUS_FILE, "/shared/job7.addr");
+        let l = launch(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "3"), file]).unwrap();
+        let any_port = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(l.root, Root::File { path: "/shared/job7.addr".into(), bind: any_port });
+        // With torchrun's variables too, the file is used; MASTER_ADDR says where rank 0 listens.
+        let l = launch(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "::1"), ROOT[1], file]).unwrap();
+        assert_eq!(l.root, Root::File { path: "/shared/job7.addr".into(), bind: "[::1]:0".parse().unwrap() });
+        let e = launch(&[("RANK", "0"), ("WORLD_SIZE", "2")]).unwrap_err().to_string();
+        assert!(e.contains("MASTER_ADDR") && e.contains(RENDEZVOUS_FILE), "{e}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! rank, `barrier`, `allgather` and `alltoallv`.
 //!
 //! - `tag`: the tag layout (user tag, source rank, batch) and its limits, without I/O.
-//! - `launch`: rank, size and root address from torchrun, Open MPI or PMI variables.
+//! - `launch`: rank, size and how to reach rank 0 (an address, or a rendezvous file) from
+//!   torchrun, Open MPI or PMI variables.
 //! - `bootstrap`: the hello and address-table messages, and their exchange.
 //! - `path`: how an `alltoallv` part travels ([`DataPath`]: one message, or batches through a
 //!   pool of bounce buffers, [`Bounce`]).
@@ -15,6 +16,6 @@ mod path;
 mod tag;
 
 pub use communicator::{Communicator, BOOTSTRAP_TIMEOUT};
-pub use launch::Launch;
+pub use launch::{Launch, Root, RENDEZVOUS_FILE};
 pub use path::{Bounce, DataPath, AUTO_MIN_PART};
 pub use tag::{MAX_BATCHES, MAX_RANKS, MAX_USER_TAG};

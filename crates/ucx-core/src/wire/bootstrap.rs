@@ -6,6 +6,12 @@
 //! |---|---|
 //! | hello | `b"UCXC"`, `version: u16 = 1`, `rank: u32`, `size: u32`, worker address (the rest) |
 //! | table | `b"UCXC"`, `version: u16 = 1`, `count: u32`, then per rank `len: u32` and `len` bytes |
+//!
+//! Rank 0's address can also reach the others through a rendezvous file (a path they all
+//! see): one line of text, `ucxa-rendezvous 1 <ip>:<port>` (IPv6 in brackets), written by
+//! rank 0 once its listener is up ([`rendezvous_text`], [`rendezvous_parse`]).
+
+use std::net::SocketAddr;
 
 use super::WireError;
 
@@ -108,9 +114,52 @@ impl<'a> Reader<'a> {
     }
 }
 
+const RENDEZVOUS: &str = "ucxa-rendezvous 1 ";
+
+/// The rendezvous file's text for rank 0's listener at `addr`.
+pub fn rendezvous_text(addr: SocketAddr) -> String {
+    format!("{RENDEZVOUS}{addr}\n")
+}
+
+/// Rank 0's address from a rendezvous file's text.
+pub fn rendezvous_parse(text: &str) -> Result<SocketAddr, WireError> {
+    let what = "rendezvous file";
+    let rest =
+        text.strip_prefix(RENDEZVOUS).ok_or(WireError::Malformed { what, why: "not `ucxa-rendezvous 1 ...`" })?;
+    let addr = rest
+        .strip_suffix('\n')
+        .ok_or(WireError::Malformed { what, why: "no newline at the end (written only in part?)" })?;
+    let addr: SocketAddr =
+        addr.parse().map_err(|_| WireError::Malformed { what, why: "the address is not ip:port" })?;
+    if addr.ip().is_unspecified() || addr.port() == 0 {
+        return Err(WireError::Malformed { what, why: "the address names no host or no port" });
+    }
+    Ok(addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rendezvous_text_round_trips_and_refuses_what_is_not_an_address() {
+        for a in ["127.0.0.1:29500", "[::1]:40000"] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let text = rendezvous_text(addr);
+            assert_eq!(text, format!("ucxa-rendezvous 1 {a}\n"));
+            assert_eq!(rendezvous_parse(&text), Ok(addr));
+        }
+        for bad in [
+            "",
+            "ucxa-rendezvous 1 127.0.0.1:29500",
+            "ucxa-rendezvous 2 127.0.0.1:1\n",
+            "ucxa-rendezvous 1 host:1\n",
+            "ucxa-rendezvous 1 0.0.0.0:29500\n",
+            "ucxa-rendezvous 1 127.0.0.1:0\n",
+        ] {
+            assert!(rendezvous_parse(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn vectors_and_round_trips() {
