@@ -339,7 +339,7 @@ async fn client(opts: &Options, peers: &[SocketAddr]) -> Result<()> {
             };
             println!("RESULT {:?} {} {} {} {} {:.0}{check}", p.mode, p.rails, p.stages, p.ratio, p.size, mbs);
             if p.mode == Mode::Profile {
-                profile.print(&p, iters);
+                profile.print(p, iters);
             }
             if check == " FAIL" {
                 return Err(ucx_async::Error::Protocol {
