@@ -179,7 +179,7 @@ class Endpoint:
         if ep is None:
             raise UCXEndpointClosed("Endpoint closed")
         self._recv_count += 1
-        got = ep.tag_recv_up_to_checked(buffer, tag, inline_spin_us())
+        got = ep.tag_recv_checked(buffer, tag, inline_spin_us(), up_to=True)
         if not isinstance(got, int):
             got = await self._await_recv(got)
         self._recv_finished()

@@ -29,7 +29,7 @@ pub(crate) struct Endpoint {
 pub(crate) struct TagRecv<'a> {
     pub(crate) tag: u64,
     /// The message may be shorter than the buffer; the receive then resolves to its length
-    /// (`Endpoint.tag_recv_up_to_checked`).
+    /// (`Endpoint.tag_recv_checked`'s `up_to`).
     pub(crate) up_to: bool,
     pub(crate) mask: u64,
     /// The endpoint whose closing or failure cancels the receive.
@@ -226,32 +226,21 @@ impl Endpoint {
     /// already waiting (it can be received after the peer closed, not after we closed on a
     /// lost message), raises the peer's failure,
     /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us` before
-    /// it returns a future (see `TagRecv::post`).
-    #[pyo3(signature = (buffer, tag, spin_us = 0))]
+    /// it returns a future (see `TagRecv::post`). With `up_to`, the message may be shorter
+    /// than `buffer` and the receive resolves to its length (returned at once if it finished
+    /// at once): for messages whose size the receiver cannot know (the collectives'
+    /// announcements, which may carry a small part).
+    #[pyo3(signature = (buffer, tag, spin_us = 0, up_to = false))]
     fn tag_recv_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         tag: u64,
         spin_us: u64,
+        up_to: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
         self.check_recv(py, tag)?;
-        self.recv_spinning(py, buffer, tag, None, None, spin_us)
-    }
-
-    /// `tag_recv_checked` for a message of at most `buffer`'s size: returns its length when it
-    /// finished at once, else a future of the length. For messages whose size the receiver
-    /// cannot know (the collectives' announcements, which may carry a small part).
-    #[pyo3(signature = (buffer, tag, spin_us = 0))]
-    fn tag_recv_up_to_checked(
-        &self,
-        py: Python<'_>,
-        buffer: &Bound<'_, PyAny>,
-        tag: u64,
-        spin_us: u64,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        self.check_recv(py, tag)?;
-        let recv = TagRecv { tag, up_to: true, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
+        let recv = TagRecv { tag, up_to, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
         self.post_recv(py, recv, buffer, None)
     }
 
