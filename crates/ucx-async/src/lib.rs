@@ -10,6 +10,7 @@
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
+//! - [`try_join_posted`] (`posting`): several operations submitted before any is waited for.
 //! - [`collective`]: [`Communicator`] over N ranks (bootstrap, messages by rank, `barrier`,
 //!   `allgather`, `alltoallv`) and [`Launch`], the launcher's variables.
 //! - [`multirail`]: [`RailGroup`], one connection over several endpoints (rails, each on its
@@ -32,6 +33,7 @@ mod listener;
 mod liveness;
 pub mod multirail;
 mod op;
+mod posting;
 mod reactor;
 mod worker;
 
@@ -42,6 +44,7 @@ pub use error::{Error, Result};
 pub use handshake::Tags;
 pub use listener::{Incoming, Listener};
 pub use multirail::{RailGroup, RailListener, Split};
+pub use posting::try_join_posted;
 pub use reactor::ProgressMode;
 pub use ucx_core as core;
 pub use ucx_core::wire::Flavour;

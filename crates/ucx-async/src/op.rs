@@ -6,6 +6,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use ucx_core::{Completion, Owned, Result, Submitted};
 
+use crate::posting;
 use crate::reactor::Signals;
 
 /// Resolves when `submitted` completes. Dropping it before then cancels the operation and
@@ -111,7 +112,9 @@ impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
         let this = &mut *self;
         let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
         // Spin before registering the waker (see `Completes::poll`).
-        this.signals.spin_until(this.bytes, || op.is_complete());
+        if posting::spin_allowed() {
+            this.signals.spin_until(this.bytes, || op.is_complete());
+        }
         let r = op.poll_complete(cx);
         if r.is_pending() && !this.nudged {
             this.nudged = true;
@@ -135,8 +138,11 @@ impl Future for Completes<'_, '_> {
             Some(Submitted::InFlight(r)) => {
                 // Progress here for a moment before yielding, and before registering the
                 // waker: a completion during the spin then wakes nobody (waking tokio's
-                // block_on task from its own thread costs an eventfd write, and a poll).
-                this.signals.spin_until(this.bytes, || r.is_complete());
+                // block_on task from its own thread costs an eventfd write, and a poll). Not
+                // while `try_join_posted` posts its operations.
+                if posting::spin_allowed() {
+                    this.signals.spin_until(this.bytes, || r.is_complete());
+                }
                 match r.poll_complete(cx) {
                     Poll::Ready(res) => {
                         this.submitted = None;

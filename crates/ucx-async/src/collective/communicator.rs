@@ -19,7 +19,7 @@ use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
 use crate::core::{RecvBuffer, SendBuffer, FULL_MASK};
-use crate::{Endpoint, Error, Listener, Result, Worker};
+use crate::{try_join_posted, Endpoint, Error, Listener, Result, Worker};
 
 /// How long a rank keeps trying to reach rank 0, which may start later.
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -438,7 +438,8 @@ impl Communicator {
                 tokio::try_join!(send, recv).map(drop)
             });
         }
-        try_join_all(transfers).await?;
+        // Every part's operations are in UCX before any spins (see `try_join_posted`).
+        try_join_posted(transfers).await?;
         drop(inline);
         *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         Ok(())

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::future::{join_all, try_join_all};
+use crate::posting::join_posted;
+use crate::try_join_posted;
+use futures_util::future::try_join_all;
 use futures_util::TryFutureExt;
 use ucx_core::wire::multirail::{part_tag, Header, Hello, HELLO_LEN};
 
@@ -152,7 +154,8 @@ impl RailGroup {
             let (at, len) = (c.offset as usize, c.len as usize);
             parts.push(self.send_timed_part(c.rail, &buf[at..at + len], message, c.part, start));
         }
-        let done = try_join_all(parts).await.map(|times| times.into_iter().flatten().collect());
+        // Every chunk is in UCX before any send spins (see `try_join_posted`).
+        let done = try_join_posted(parts).await.map(|times| times.into_iter().flatten().collect());
         guard.settle(done)
     }
 
@@ -181,7 +184,7 @@ impl RailGroup {
         // Every chunk settles before the group is aborted on a failure: a receive dropped
         // while UCX is writing into it waits for that write (the borrowed buffer), and a
         // healthy rail's chunk finishes, or fails once the sender aborts its rails.
-        let done = join_all(parts).await.into_iter().collect::<Result<Vec<()>>>().map(|_| header.total as usize);
+        let done = join_posted(parts).await.into_iter().collect::<Result<Vec<()>>>().map(|_| header.total as usize);
         guard.settle(done)
     }
 
