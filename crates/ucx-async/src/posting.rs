@@ -5,7 +5,7 @@
 //! ping-pong fast. Several such futures joined in one task are polled one after another, so
 //! each spin holds back the next submission. A rendezvous send cannot finish before the peer
 //! posts its receive, and the peer's receive may wait behind the peer's own spin on its send.
-//! An exchange of 1 MiB both ways then took about 400 µs where the transfers take about 80.
+//! An exchange of 1 MiB both ways then took about 400 µs, and takes about 230 this way.
 //! [`try_join_posted`] polls every future once with the spin off, so that every operation is in
 //! UCX before any waits, then waits for all.
 use std::cell::Cell;
