@@ -10,7 +10,7 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 
 use crate::core::wire::alltoallv::{Announce, DEFAULT_BATCH, DEFAULT_DEPTH};
 use crate::core::FULL_MASK;
-use crate::{Endpoint, Error, Result};
+use crate::{try_join_posted, Endpoint, Error, Result};
 
 pub use crate::core::wire::alltoallv::AUTO_MIN_PART;
 
@@ -140,13 +140,16 @@ pub(crate) async fn recv_part(
     };
     let fits = slots.first().is_some_and(|s| s.len() >= announce.batch as usize);
     if announce.batch == 0 || !fits {
-        // In place: each message straight into its range of `out`.
+        // In place: each message straight into its range of `out`, all posted at once.
+        let mut rest = &mut out[..];
+        let mut recvs = Vec::new();
         for k in 0..announce.messages() {
-            let (start, n) = want(k);
-            let got = ep.recv_tag(&mut out[start..start + n], tag_of(Announce::tag_batch(k))?, FULL_MASK).await?;
-            check(k, got)?;
+            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(want(k).1);
+            rest = tail;
+            let tag = tag_of(Announce::tag_batch(k))?;
+            recvs.push(async move { check(k, ep.recv_tag(chunk, tag, FULL_MASK).await?) });
         }
-        return Ok(());
+        return try_join_posted(recvs).await.map(drop);
     }
     let mut free: Vec<&mut Vec<u8>> = slots.iter_mut().collect();
     let mut inflight = FuturesOrdered::new();
