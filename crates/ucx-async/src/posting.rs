@@ -54,10 +54,8 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let (mut futures, mut outputs) = post(futures, |r: &Result<T, E>| r.is_err()).await;
-    if let Some(i) = outputs.iter().position(|o| matches!(o, Some(Err(_)))) {
-        if let Some(Err(e)) = outputs.swap_remove(i) {
-            return Err(e);
-        }
+    if let Some(Some(Err(e))) = outputs.iter_mut().find(|o| matches!(o, Some(Err(_)))).map(Option::take) {
+        return Err(e);
     }
     let rest = futures.iter_mut().zip(outputs.iter()).filter(|(_, out)| out.is_none()).map(|(f, _)| f.as_mut());
     let mut rest = try_join_all(rest).await?.into_iter();
