@@ -20,15 +20,18 @@ use std::time::Instant;
 use ucx_async::collective::{Bounce, DataPath};
 use ucx_async::{Communicator, ProgressMode, Worker};
 
-const USAGE: &str = "usage: alltoall [--ranks N] [--max-size BYTES] [--iters N] [--mode event|polling|adaptive]
+const USAGE: &str = "usage: alltoall [--ranks N] [--min-size BYTES] [--max-size BYTES] [--iters N]
+                [--mode event|polling|adaptive]
                 [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto]
 
-alltoallv throughput on N ranks (default 2), per-pair sizes from 1 KiB up to --max-size
-(default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
+alltoallv throughput on N ranks (default 2), per-pair sizes from --min-size (default 1 KiB)
+up to --max-size (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
 4 MiB), progress --mode event (sleep on the wakeup fd, the default), polling (as MPI does) or
 adaptive. --path: how parts travel (default auto: direct here, as there is no RDMA network);
 buffered sends batches of --batch bytes (default 1 MiB) through the bounce pool.
 Without RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT it starts the ranks on 127.0.0.1.
+UCXA_ERROR_HANDLING=none: the ranks' endpoints have no peer error handling, as MPI's (UCX may
+then use shared memory with CMA's single copy; a rank's death ends the job).
 --net-devices auto: each rank uses the network devices nearest its local rank's GPU (else its
 CPUs), unless UCX_NET_DEVICES is set.
 
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let opt = |name| launch::number_option(&args, name, USAGE);
     let (ranks, max, iters) =
         (opt("--ranks").unwrap_or(2), opt("--max-size").unwrap_or(64 << 20), opt("--iters").unwrap_or(20));
+    let min = opt("--min-size").unwrap_or(1 << 10).max(1);
     let mode_name = args.iter().position(|a| a == "--mode").map(|i| args.get(i + 1).map_or("", String::as_str));
     let mode = progress_mode::progress_mode("alltoall", mode_name.unwrap_or("event"));
     let path = match args.iter().position(|a| a == "--path").map(|i| args.get(i + 1).map_or("", String::as_str)) {
@@ -60,7 +64,7 @@ fn main() -> ExitCode {
         return launch::run_ranks("alltoall", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(max, iters, mode, path, bounce, &args)) {
+    match rt.block_on(rank_main(min..=max, iters, mode, path, bounce, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
@@ -70,7 +74,7 @@ fn main() -> ExitCode {
 }
 
 async fn rank_main(
-    max: usize,
+    sizes: std::ops::RangeInclusive<usize>,
     iters: usize,
     mode: ProgressMode,
     path: DataPath,
@@ -83,8 +87,8 @@ async fn rank_main(
     comm.set_data_path(path);
     comm.set_bounce(bounce)?;
     let (rank, ranks) = (comm.rank(), comm.size());
-    let mut size = 1 << 10;
-    while size <= max {
+    let mut size = *sizes.start();
+    while size <= *sizes.end() {
         let parts: Vec<Vec<u8>> = (0..ranks).map(|r| vec![(rank * ranks + r) as u8; size]).collect();
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         let n = if size > 4 << 20 { iters.div_ceil(4).max(3) } else { iters };

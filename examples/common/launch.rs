@@ -51,9 +51,12 @@ pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async
 
 /// Runs `ranks` copies of this program with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR=127.0.0.1` and
 /// a free `MASTER_PORT` (and `UCX_NET_DEVICES=lo` unless set or `--net-devices` given), and
-/// waits for them all.
+/// waits for them all. As mpirun and torchrun do, a rank that fails ends the job (the others
+/// are killed), and the ranks die with this process: with `UCXA_ERROR_HANDLING=none` a rank
+/// cannot tell that a peer died, so nothing else would stop it waiting.
 #[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
     // A free port for rank 0's listener (released here, bound again by rank 0 at once).
     let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(a) => a.port(),
@@ -63,34 +66,60 @@ pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
         }
     };
     let exe = std::env::current_exe().expect("own path");
-    let children: Vec<_> = (0..ranks)
-        .map(|r| {
-            let mut cmd = Command::new(&exe);
-            if std::env::var_os("UCX_NET_DEVICES").is_none() && !args.iter().any(|a| a == "--net-devices") {
-                cmd.env("UCX_NET_DEVICES", "lo"); // the ranks meet on 127.0.0.1
-            }
-            cmd.args(&args[1..])
-                .env("RANK", r.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("WORLD_SIZE", ranks.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .spawn()
-        })
-        .collect();
-    let mut ok = true;
-    for (r, child) in children.into_iter().enumerate() {
-        match child.and_then(|mut c| c.wait()) {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                eprintln!("{name}: rank {r} ended with {status}");
-                ok = false;
-            }
+    let mut children = Vec::new();
+    for r in 0..ranks {
+        let mut cmd = Command::new(&exe);
+        if std::env::var_os("UCX_NET_DEVICES").is_none() && !args.iter().any(|a| a == "--net-devices") {
+            cmd.env("UCX_NET_DEVICES", "lo"); // the ranks meet on 127.0.0.1
+        }
+        cmd.args(&args[1..])
+            .env("RANK", r.to_string())
+            .env("LOCAL_RANK", r.to_string())
+            .env("WORLD_SIZE", ranks.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string());
+        // SAFETY: prctl is async-signal-safe and touches no memory of this process; the
+        // closure runs in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(c) => children.push((r, c)),
             Err(e) => {
                 eprintln!("{name}: rank {r} could not run: {e}");
-                ok = false;
+                return ExitCode::FAILURE; // the ranks started so far die with this process
             }
         }
+    }
+    let mut ok = true;
+    while !children.is_empty() {
+        let mut failed = false;
+        children.retain_mut(|(r, c)| match c.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                if !status.success() {
+                    eprintln!("{name}: rank {r} ended with {status}");
+                    failed = true;
+                }
+                false
+            }
+            Err(e) => {
+                eprintln!("{name}: rank {r} could not be waited for: {e}");
+                failed = true;
+                false
+            }
+        });
+        if failed && ok && !children.is_empty() {
+            eprintln!("{name}: stopping the other ranks");
+            for (_, c) in &mut children {
+                let _ = c.kill();
+            }
+        }
+        ok &= !failed;
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     if ok {
         ExitCode::SUCCESS

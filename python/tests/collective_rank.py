@@ -100,6 +100,8 @@ async def main():
     if path:
         c.set_data_path(path[0], batch=int(path[1]))
     if mode == "selftest":
+        # Which transports reach the next rank: CMA only without error handling.
+        print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)
         await selftest(c)
     else:
         await mirror_alltoall(c, int(args[0]), int(args[1]))

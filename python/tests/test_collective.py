@@ -47,6 +47,67 @@ def test_python_ranks_under_the_launcher(path):
     assert p.returncode == 0, p.stdout + p.stderr
     # The ranks share the pipe, so their lines may interleave.
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+    # With error handling (the default) UCX keeps CMA off.
+    assert all(f"CMA rank {r}: False" in p.stdout for r in range(3)), p.stdout
+
+
+@pytest.mark.parametrize("path", [[], ["buffered", "4099"]])
+def test_python_ranks_without_error_handling(path):
+    """``UCXA_ERROR_HANDLING=none``: the same selftest, and the endpoints reach each other
+    through CMA, which UCX keeps off for endpoints that handle a peer's failure."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "selftest", *path],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, UCXA_ERROR_HANDLING="none"),
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+    assert all(f"CMA rank {r}: True" in p.stdout for r in range(3)), p.stdout
+
+
+def test_a_rank_whose_error_handling_differs_is_refused_by_name():
+    """Rank 1 of 2 says ``none``, rank 0 ``peer``: rank 0 fails naming the mismatch, and rank
+    1 hears it from rank 0 at once instead of waiting for a table."""
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, RANK_SCRIPT, "selftest"],
+            env=dict(env, RANK=str(r), UCXA_ERROR_HANDLING=("peer", "none")[r]),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for r in range(2)
+    ]
+    started = time.monotonic()
+    results = _finish(procs, timeout=30)
+    assert time.monotonic() - started < 20, results
+    want = "rank 1 was started with UCXA_ERROR_HANDLING=none, rank 0 with peer"
+    assert results[0][0] != 0 and want in results[0][1], results[0]
+    assert results[1][0] != 0 and f"rank 0 refused this rank: {want}" in results[1][1], results[1]
+
+
+def test_the_launcher_takes_its_ranks_with_it(tmp_path):
+    """Killing ``python -m ucp.launch`` ends its ranks (prctl PR_SET_PDEATHSIG): without error
+    handling nothing else would stop a rank whose peer died."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "ucp.launch", "-n", "2", str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(launcher.stdout.readline()) for _ in range(2)]
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids):
+            assert time.monotonic() < deadline, f"ranks {pids} outlive their launcher"
+            time.sleep(0.05)
+    finally:
+        launcher.kill()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " not in f.read()  # a zombie has exited
+    except FileNotFoundError:
+        return False
 
 
 def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
@@ -73,15 +134,23 @@ def rust_alltoall(rust_examples):
 
 
 @pytest.mark.parametrize(
-    "rust_ranks, rust_path, py_path",
-    [([1], "auto", "auto"), ([0, 2], "auto", "auto"), ([1], "buffered", "direct"), ([0, 2], "direct", "buffered")],
+    "rust_ranks, rust_path, py_path, error_handling",
+    [
+        ([1], "auto", "auto", "peer"),
+        ([0, 2], "auto", "auto", "peer"),
+        ([1], "buffered", "direct", "peer"),
+        ([0, 2], "direct", "buffered", "peer"),
+        ([0, 2], "auto", "auto", "none"),
+    ],
 )
-def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path, py_path):
+def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path, py_path, error_handling):
     """Python ranks run the exact sequence of examples/alltoall.rs beside Rust ranks running
     it (the same tags, bootstrap bytes and announcements): every rank finishes and the data
     checks out. Either language can be rank 0, and either can send its parts in batches
-    through its bounce pool (3000 bytes: many batches per part) while the other sends whole."""
+    through its bounce pool (3000 bytes: many batches per part) while the other sends whole;
+    with error handling or, in both languages, without."""
     env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    env["UCXA_ERROR_HANDLING"] = error_handling
     procs = []
     for rank in range(3):
         if rank in rust_ranks:
@@ -206,9 +275,20 @@ def test_tags_and_bootstrap_bytes_are_ucx_cores():
         native.collective_user_tag(1 << 31, 0)
     with pytest.raises(ValueError, match="rank 65536"):
         native.collective_own_tag(0, 1 << 16, 0)
-    assert native.bootstrap_hello(3, 4, b"\xaa") == b"UCXC\x01\x00\x03\x00\x00\x00\x04\x00\x00\x00\xaa"
-    assert native.bootstrap_hello_decode(native.bootstrap_hello(1, 2, b"xy")) == (1, 2, b"xy")
+    hello = b"UCXC\x02\x00\x03\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\xaa"
+    assert native.bootstrap_hello(3, 4, b"\xaa") == hello
+    assert native.bootstrap_hello(3, 4, b"\xaa", False)[14:18] == b"\x01\x00\x00\x00"
+    assert native.bootstrap_hello_admit(native.bootstrap_hello(1, 2, b"xy"), 2, True) == (1, b"xy")
+    with pytest.raises(ValueError, match="world size 3, rank 0 with 2"):
+        native.bootstrap_hello_admit(native.bootstrap_hello(1, 3, b"xy"), 2, True)
+    with pytest.raises(ValueError, match="UCXA_ERROR_HANDLING=none, rank 0 with peer"):
+        native.bootstrap_hello_admit(native.bootstrap_hello(1, 2, b"xy", False), 2, True)
     assert native.bootstrap_table_decode(native.bootstrap_table([b"a", b""])) == [b"a", b""]
+    with pytest.raises(ValueError, match="rank 0 refused this rank: no room"):
+        native.bootstrap_table_decode(native.bootstrap_refusal("no room"))
+    assert [native.error_handling_parse(v) for v in (None, "", "peer", "none")] == [True, True, True, False]
+    with pytest.raises(ValueError, match="UCXA_ERROR_HANDLING='off'|UCXA_ERROR_HANDLING=\"off\""):
+        native.error_handling_parse("off")
     with pytest.raises(ValueError, match="cut short"):
         native.bootstrap_table_decode(native.bootstrap_table([b"abc"])[:-1])
 

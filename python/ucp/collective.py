@@ -38,6 +38,9 @@ BOOTSTRAP_TIMEOUT = 60.0
 
 #: The variable naming a rendezvous file (``Communicator.bootstrap``'s ``rendezvous_file``).
 RENDEZVOUS_FILE = "UCXA_RENDEZVOUS_FILE"
+#: The variable choosing the ranks' error handling, ``peer`` or ``none``
+#: (``Communicator.bootstrap``'s ``error_handling``).
+ERROR_HANDLING = "UCXA_ERROR_HANDLING"
 
 
 def launch_env(environ=None):
@@ -117,7 +120,7 @@ class Communicator:
         return await cls.bootstrap(rank, size, host, port, net_devices=net_devices, rendezvous_file=path)
 
     @classmethod
-    async def bootstrap(cls, rank, size, host, port, net_devices=None, rendezvous_file=None):
+    async def bootstrap(cls, rank, size, host, port, net_devices=None, rendezvous_file=None, error_handling=None):
         """Joins a job of ``size`` ranks as ``rank``: rank 0 listens on ``host``:``port``, the
         others connect to it (retrying for up to ``BOOTSTRAP_TIMEOUT`` seconds while it is not
         up yet). With ``rendezvous_file`` (a path every rank sees, new per job) they meet
@@ -126,7 +129,12 @@ class Communicator:
         joined; the others wait for the file and read it again while its address does not
         answer (a file an earlier job left). ``net_devices="auto"``: initialise ``ucp`` with
         the devices nearest this rank's GPU (``rank_net_devices``), if ``ucp`` is not
-        initialised yet."""
+        initialised yet. ``error_handling``: whether the ranks' endpoints have UCX's peer
+        error handling (default: ``UCXA_ERROR_HANDLING``, ``peer`` unless it says ``none``).
+        With it a rank that dies fails the others' operations; without it, as with MPI, UCX
+        may use shared memory with CMA's single copy, and a rank's death can leave the others
+        waiting, so the launcher must end the job (``python -m ucp.launch`` and ``mpirun``
+        do). Every rank must choose the same: rank 0 refuses, by name, one that did not."""
         if not 1 <= size <= 1 << 16:
             raise ValueError(f"a world has 1 to 65536 ranks, not {size}")
         if not 0 <= rank < size:
@@ -136,11 +144,16 @@ class Communicator:
         elif net_devices is not None:
             raise ValueError(f"net_devices must be None or \"auto\", not {net_devices!r}")
         mine = bytes(core.get_worker_address())
+        if error_handling is None:
+            error_handling = _native.error_handling_parse(os.environ.get(ERROR_HANDLING))
         if rank == 0:
-            table, boot = await _serve(size, host, port or 0, mine, rendezvous_file)
+            table, boot = await _serve(size, host, port or 0, mine, rendezvous_file, error_handling)
         else:
-            table, boot = await _join(rank, size, host, port, mine, rendezvous_file)
-        eps = [await core.create_endpoint_from_worker_address(UCXAddress.from_buffer(a)) for a in table]
+            table, boot = await _join(rank, size, host, port, mine, rendezvous_file, error_handling)
+        eps = [
+            await core.create_endpoint_from_worker_address(UCXAddress.from_buffer(a), endpoint_error_handling=error_handling)
+            for a in table
+        ]
         comm = cls(rank, eps)
         await comm.barrier()
         for ep in boot:  # aborted on both sides, as ucx-async does: a close would leave a
@@ -372,8 +385,9 @@ def _read_rendezvous(path):
         raise ValueError(f"the rendezvous file {path} is not ours: {e}") from None
 
 
-async def _serve(size, host, port, mine, rendezvous_file=None):
-    """Rank 0: collects every other rank's hello on a listener, answers each with the table."""
+async def _serve(size, host, port, mine, rendezvous_file=None, error_handling=True):
+    """Rank 0: collects every other rank's hello on a listener, answers each with the table,
+    or, if a hello does not fit the job, every rank that came with a refusal saying why."""
     table = [None] * size
     table[0] = mine
     joined = []
@@ -382,16 +396,15 @@ async def _serve(size, host, port, mine, rendezvous_file=None):
     async def handler(ep):
         try:
             hello = await ep.recv_obj(max_size=_MAX_HELLO)
-            rank, their_size, address = _native.bootstrap_hello_decode(bytes(hello))
-            if their_size != size:
-                raise ValueError(f"rank {rank} was started with world size {their_size}, rank 0 with {size}")
-            if not 0 < rank < size or table[rank] is not None:
-                raise ValueError(f"rank {rank} joined twice or is out of range 1..{size}")
+            rank, address = _native.bootstrap_hello_admit(bytes(hello), size, error_handling)
+            if table[rank] is not None:
+                raise ValueError(f"rank {rank} joined twice")
             table[rank] = address
             joined.append(ep)
             if len(joined) == size - 1 and not done.done():
                 done.set_result(None)
         except Exception as e:  # a bad hello fails the bootstrap, with its reason
+            joined.append(ep)  # refused below, with every rank that came
             if not done.done():
                 done.set_exception(e)
 
@@ -400,7 +413,12 @@ async def _serve(size, host, port, mine, rendezvous_file=None):
         if rendezvous_file is not None:
             _publish(rendezvous_file, host, listener.port)
         if size > 1:
-            await done
+            try:
+                await done
+            except Exception as e:  # none of them waits for a table that will not come
+                no = _native.bootstrap_refusal(str(e))
+                await asyncio.gather(*(ep.send_obj(no) for ep in joined), return_exceptions=True)
+                raise
         blob = _native.bootstrap_table(table)
         await asyncio.gather(*(ep.send_obj(blob) for ep in joined))
     finally:
@@ -413,7 +431,7 @@ async def _serve(size, host, port, mine, rendezvous_file=None):
     return table, joined
 
 
-async def _join(rank, size, host, port, mine, rendezvous_file=None):
+async def _join(rank, size, host, port, mine, rendezvous_file=None, error_handling=True):
     """Ranks 1 and up: connect to rank 0 (retrying while it is not up, reading the rendezvous
     file again each time if there is one), hello, table."""
     deadline = time.monotonic() + BOOTSTRAP_TIMEOUT
@@ -433,7 +451,7 @@ async def _join(rank, size, host, port, mine, rendezvous_file=None):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
-    await ep.send_obj(_native.bootstrap_hello(rank, size, mine))
+    await ep.send_obj(_native.bootstrap_hello(rank, size, mine, error_handling))
     blob = await ep.recv_obj(max_size=16 + size * (4 + _MAX_HELLO))
     table = _native.bootstrap_table_decode(bytes(blob))
     if len(table) != size:

@@ -2,13 +2,29 @@
 one job on this host, with the variables torchrun sets (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``; and ``UCX_NET_DEVICES=lo``
 unless set), for ``ucp.collective.Communicator.from_env``. Exits with the first failing
-rank's status (the others are stopped), or 0."""
+rank's status (the others are stopped), or 0; the ranks die with the launcher (Linux), since
+with ``UCXA_ERROR_HANDLING=none`` a rank cannot tell that a peer died."""
 import argparse
+import ctypes
+import signal
 import os
 import socket
 import subprocess
 import sys
 import time
+
+
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
+except OSError:
+    _LIBC = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher():
+    """Runs in each rank between fork and exec: SIGKILL when the launcher dies (prctl)."""
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def main(argv=None):
@@ -27,7 +43,8 @@ def main(argv=None):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(opts.nproc))
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.setdefault("UCX_NET_DEVICES", "lo")
-        procs.append(subprocess.Popen([sys.executable, opts.script, *opts.args], env=env))
+        cmd = [sys.executable, opts.script, *opts.args]
+        procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_launcher if sys.platform == "linux" else None))
     status = 0
     while procs:
         for p in list(procs):

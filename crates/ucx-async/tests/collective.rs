@@ -312,3 +312,78 @@ async fn alltoallv_into_reuses_buffers_across_calls_of_changing_sizes() {
     })
     .await;
 }
+
+/// Runs `body(comm)` on `n` ranks that meet at a rendezvous file, each joining with
+/// `error_handling` as given for it by rank; returns each rank's result.
+async fn world_joined<T, F, Fut>(n: usize, error_handling: fn(usize) -> bool, body: F) -> Vec<ucx_async::Result<T>>
+where
+    T: Send + 'static,
+    F: Fn(Communicator) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    use ucx_async::collective::{Launch, Root};
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    let path =
+        std::env::temp_dir().join(format!("ucxa-joined-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let _ = std::fs::remove_file(&path);
+    let mut tasks = Vec::new();
+    for rank in 0..n {
+        let (w, body) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), body.clone());
+        let root = Root::File { path: path.clone(), bind: "127.0.0.1:0".parse().unwrap() };
+        let launch = Launch { rank, size: n, root, error_handling: error_handling(rank) };
+        tasks.push(tokio::spawn(async move {
+            let comm = Communicator::join(&w, &launch).await?;
+            Ok(body(comm).await)
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(tokio::time::timeout(Duration::from_secs(60), t).await.expect("no rank hangs").unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_without_error_handling_move_the_same_bytes_over_shared_memory() {
+    for path in [DataPath::Direct, DataPath::Buffered] {
+        let results = world_joined(
+            3,
+            |_| false,
+            move |mut c| async move {
+                c.set_data_path(path);
+                c.set_bounce(Bounce { batch: 4099, depth: 3 }).unwrap();
+                let peer = c.endpoint((c.rank() + 1) % 3).unwrap().core();
+                let (eh, transports) = (peer.error_handling(), peer.transports());
+                for round in 0..3 {
+                    let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
+                    let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+                    let got = c.alltoallv(&refs).await.unwrap();
+                    for (src, bytes) in got.iter().enumerate() {
+                        assert_eq!(bytes, &part(src, c.rank(), round), "{path:?} round {round}: {src} -> {}", c.rank());
+                    }
+                }
+                c.close().await.unwrap();
+                (eh, transports)
+            },
+        )
+        .await;
+        for r in results {
+            let (eh, transports) = r.unwrap();
+            assert!(!eh, "the endpoints have no error handling");
+            // Without error handling UCX may pick shared memory and CMA, which it keeps off
+            // for endpoints that must detect a peer's death (the reason to offer this mode).
+            assert!(transports.iter().any(|t| t == "cma"), "{path:?}: {transports:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_whose_error_handling_differs_from_rank_0s_is_refused_by_name() {
+    let results = world_joined(2, |rank| rank == 0, |c| async move { c.rank() }).await;
+    let e = results[0].as_ref().unwrap_err();
+    assert!(matches!(e, Error::Protocol { .. }), "{e}");
+    assert!(e.to_string().contains("rank 1 was started with UCXA_ERROR_HANDLING=none, rank 0 with peer"), "{e}");
+    // Rank 1 hears why at once instead of waiting for a table until the bootstrap times out.
+    let e = results[1].as_ref().unwrap_err().to_string();
+    assert!(e.contains("rank 0 refused this rank: rank 1 was started with UCXA_ERROR_HANDLING=none"), "{e}");
+}

@@ -274,3 +274,62 @@ fn alltoall_ranks_fail_not_hang_when_one_is_killed() {
         assert!(err.contains(&format!("alltoall rank {r}:")), "rank {r} said: {err}");
     }
 }
+
+/// The pids of `pid`'s children (Linux: /proc/PID/task/PID/children).
+fn children_of(pid: u32) -> Vec<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited; only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// `alltoall --ranks 3` with `UCXA_ERROR_HANDLING=none`, started by the example's own
+/// launcher. Without error handling a rank cannot see a peer die, so the launcher must end the
+/// job: killing one rank makes it kill the others and exit non-zero; killing the launcher
+/// takes the ranks with it.
+#[test]
+fn alltoall_launcher_ends_a_job_without_error_handling_when_a_rank_or_itself_dies() {
+    use std::io::{BufRead, BufReader};
+    let path = example("alltoall").expect("example alltoall is missing: run `cargo test -p ucx-async`");
+    for kill_launcher in [false, true] {
+        let mut launcher = Command::new(&path)
+            .args(["--ranks", "3", "--max-size", "67108864", "--iters", "1000"])
+            .env_remove("RANK")
+            .env("UCXA_ERROR_HANDLING", "none")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run alltoall");
+        let first = BufReader::new(launcher.stdout.take().unwrap()).lines().map_while(|l| l.ok()).next();
+        assert!(first.as_deref().is_some_and(|l| l.starts_with("RESULT ")), "rank 0 printed {first:?}");
+        let ranks = children_of(launcher.id());
+        assert_eq!(ranks.len(), 3, "{ranks:?}");
+        if kill_launcher {
+            launcher.kill().unwrap();
+        } else {
+            // SAFETY: kill(2) on a pid this test's child started; it is not reaped yet.
+            assert_eq!(unsafe { libc::kill(ranks[2] as i32, libc::SIGKILL) }, 0);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = launcher.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the launcher still runs 10 s after a rank was killed");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!status.success());
+        while ranks.iter().any(|&p| alive(p)) {
+            assert!(Instant::now() < deadline, "ranks {ranks:?} outlive the job (kill_launcher: {kill_launcher})");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !kill_launcher {
+            let mut err = String::new();
+            std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut err).unwrap();
+            assert!(err.contains("stopping the other ranks"), "{err}");
+        }
+    }
+}

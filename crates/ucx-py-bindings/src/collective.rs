@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ucx_core::wire::alltoallv::{self, Announce};
-use ucx_core::wire::bootstrap::{self, Hello};
+use ucx_core::wire::bootstrap::{self, Answer, Hello};
 use ucx_core::wire::collective_tag;
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
@@ -24,17 +24,33 @@ pub(crate) fn collective_own_tag(seq: u32, source: usize, batch: usize) -> PyRes
     collective_tag::own(seq, source, batch).map_err(value_error)
 }
 
-/// A rank's hello to rank 0: `(rank, size, worker address)` as bytes.
+/// A rank's hello to rank 0 (its rank, the world size, whether its endpoints have peer error
+/// handling, its worker address) as bytes.
 #[pyfunction]
-pub(crate) fn bootstrap_hello<'py>(py: Python<'py>, rank: u32, size: u32, address: &[u8]) -> Bound<'py, PyBytes> {
-    PyBytes::new(py, &Hello { rank, size, address: address.to_vec() }.encode())
+#[pyo3(signature = (rank, size, address, error_handling = true))]
+pub(crate) fn bootstrap_hello<'py>(
+    py: Python<'py>,
+    rank: u32,
+    size: u32,
+    address: &[u8],
+    error_handling: bool,
+) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &Hello { rank, size, error_handling, address: address.to_vec() }.encode())
 }
 
-/// Decodes a hello into `(rank, size, worker address)`.
+/// Rank 0's reading of a hello for its job of `size` ranks with `error_handling`: the hello's
+/// `(rank, worker address)`, or `ValueError` saying what does not fit (the text to refuse
+/// with, `bootstrap_refusal`). Whether the rank joined twice is the caller's to track.
 #[pyfunction]
-pub(crate) fn bootstrap_hello_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<(u32, u32, Bound<'py, PyBytes>)> {
+pub(crate) fn bootstrap_hello_admit<'py>(
+    py: Python<'py>,
+    bytes: &[u8],
+    size: u32,
+    error_handling: bool,
+) -> PyResult<(u32, Bound<'py, PyBytes>)> {
     let h = Hello::decode(bytes).map_err(value_error)?;
-    Ok((h.rank, h.size, PyBytes::new(py, &h.address)))
+    h.admit(size, error_handling).map_err(value_error)?;
+    Ok((h.rank, PyBytes::new(py, &h.address)))
 }
 
 /// Rank 0's table of every rank's worker address (a list of bytes, by rank), as bytes.
@@ -43,11 +59,29 @@ pub(crate) fn bootstrap_table<'py>(py: Python<'py>, addresses: Vec<Vec<u8>>) -> 
     PyBytes::new(py, &bootstrap::encode_table(&addresses))
 }
 
-/// Decodes a table into a list of worker addresses (bytes), by rank.
+/// Rank 0's refusal of the job, saying `why`, as bytes (sent instead of the table).
+#[pyfunction]
+pub(crate) fn bootstrap_refusal<'py>(py: Python<'py>, why: &str) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &bootstrap::encode_refusal(why))
+}
+
+/// Decodes rank 0's answer into a list of worker addresses (bytes), by rank; a refusal raises
+/// `ValueError("rank 0 refused this rank: ...")`.
 #[pyfunction]
 pub(crate) fn bootstrap_table_decode<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let table = bootstrap::decode_table(bytes).map_err(value_error)?;
-    Ok(table.iter().map(|a| PyBytes::new(py, a)).collect())
+    match bootstrap::decode_answer(bytes).map_err(value_error)? {
+        Answer::Table(table) => Ok(table.iter().map(|a| PyBytes::new(py, a)).collect()),
+        Answer::Refused(why) => Err(value_error(format!("rank 0 refused this rank: {why}"))),
+    }
+}
+
+/// Whether ranks use peer error handling, from the value of `UCXA_ERROR_HANDLING` (`None` or
+/// empty: unset): `peer` → True, `none` → False, else `ValueError` naming the value.
+#[pyfunction]
+#[pyo3(signature = (value))]
+pub(crate) fn error_handling_parse(value: Option<&str>) -> PyResult<bool> {
+    bootstrap::error_handling_parse(value)
+        .map_err(|e| value_error(format!("{}={:?}: {e}", bootstrap::ERROR_HANDLING_VAR, value.unwrap_or_default())))
 }
 
 /// The rendezvous file's text for rank 0 listening at `ip`:`port`. Raises `ValueError` if

@@ -76,7 +76,9 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(multirail::multirail_part_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_own_tag, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_hello, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::bootstrap_hello_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_hello_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::bootstrap_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::error_handling_parse, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_table, m)?)?;
     m.add_function(wrap_pyfunction!(collective::bootstrap_table_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::rendezvous_text, m)?)?;

@@ -3,7 +3,7 @@
 //! ranks' worker addresses, each framed as UCX-Py's `send_obj` frames an object (so a Python
 //! rank can speak it with `Endpoint.send_obj`/`recv_obj`). The bytes are ucx-core's
 //! (`wire::bootstrap`, `wire::obj_len`); this is the flow.
-use crate::core::wire::bootstrap::{decode_table, encode_table, Hello};
+use crate::core::wire::bootstrap::{decode_answer, encode_refusal, encode_table, Answer, Hello};
 use crate::core::wire::obj_len;
 use crate::core::WorkerAddress;
 use crate::{Endpoint, Error, Listener, Result, Worker};
@@ -42,25 +42,34 @@ async fn recv_obj(ep: &Endpoint, what: &str, max: usize) -> Result<Vec<u8>> {
 }
 
 /// Rank 0: accepts the other `size - 1` ranks on `listener`, then sends each the table.
-pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize) -> Result<Joined> {
+/// Every rank must use rank 0's `error_handling` (see `wire::bootstrap::ERROR_HANDLING_VAR`).
+pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize, error_handling: bool) -> Result<Joined> {
     let mut table = vec![Vec::new(); size];
     table[0] = worker.core().address()?.as_bytes().to_vec();
     let mut joined: Vec<Endpoint> = Vec::with_capacity(size.saturating_sub(1));
     while joined.len() + 1 < size {
         let ep = listener.accept().await?;
         let hello = recv_obj(&ep, "hello", MAX_HELLO).await?;
-        let hello = Hello::decode(&hello).map_err(|e| protocol(e.to_string()))?;
-        let rank = hello.rank as usize;
-        if hello.size as usize != size {
-            return Err(protocol(format!(
-                "rank {rank} was started with world size {}, rank 0 with {size}",
-                hello.size
-            )));
-        }
-        if rank == 0 || rank >= size || !table[rank].is_empty() {
-            return Err(protocol(format!("rank {rank} joined twice or is out of range 1..{size}")));
-        }
-        table[rank] = hello.address;
+        let admitted = Hello::decode(&hello).map_err(|e| e.to_string()).and_then(|hello| {
+            hello.admit(size as u32, error_handling)?;
+            match table[hello.rank as usize].is_empty() {
+                true => Ok(hello),
+                false => Err(format!("rank {} joined twice", hello.rank)),
+            }
+        });
+        let hello = match admitted {
+            Ok(hello) => hello,
+            Err(why) => {
+                // Every rank that came is told, so none waits for a table that will not come.
+                joined.push(ep);
+                let no = encode_refusal(&why);
+                for ep in &joined {
+                    let _ = send_obj(ep, &no).await;
+                }
+                return Err(protocol(why));
+            }
+        };
+        table[hello.rank as usize] = hello.address;
         joined.push(ep);
     }
     let bytes = encode_table(&table);
@@ -71,12 +80,21 @@ pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize) -> 
 }
 
 /// Ranks 1 and up: introduce this worker to rank 0 at `root` and receive the table.
-pub(crate) async fn join(worker: &Worker, rank: usize, size: usize, root: std::net::SocketAddr) -> Result<Joined> {
+pub(crate) async fn join(
+    worker: &Worker,
+    rank: usize,
+    size: usize,
+    root: std::net::SocketAddr,
+    error_handling: bool,
+) -> Result<Joined> {
     let ep = Endpoint::connect(worker, root).await?;
     let address = worker.core().address()?.as_bytes().to_vec();
-    send_obj(&ep, &Hello { rank: rank as u32, size: size as u32, address }.encode()).await?;
+    send_obj(&ep, &Hello { rank: rank as u32, size: size as u32, error_handling, address }.encode()).await?;
     let bytes = recv_obj(&ep, "address table", 16 + size * (4 + MAX_HELLO)).await?;
-    let table = decode_table(&bytes).map_err(|e| protocol(e.to_string()))?;
+    let table = match decode_answer(&bytes).map_err(|e| protocol(e.to_string()))? {
+        Answer::Table(table) => table,
+        Answer::Refused(why) => return Err(protocol(format!("rank 0 refused this rank: {why}"))),
+    };
     if table.len() != size {
         return Err(protocol(format!("the address table has {} ranks, this rank expects {size}", table.len())));
     }

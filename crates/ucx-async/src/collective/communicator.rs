@@ -19,7 +19,7 @@ use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
 use crate::core::{RecvBuffer, SendBuffer, FULL_MASK};
-use crate::{try_join_posted, Endpoint, Error, Listener, Result, Worker};
+use crate::{try_join_posted, ConnectOptions, Endpoint, Error, Listener, Result, Worker};
 
 /// How long a rank keeps trying to reach rank 0, which may start later.
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -60,10 +60,18 @@ impl std::fmt::Debug for Communicator {
 impl Communicator {
     /// Joins the job the launcher's environment describes ([`Launch::from_env`]).
     pub async fn from_env(worker: &Worker) -> Result<Communicator> {
-        let l = Launch::from_env()?;
-        match l.root {
-            Root::Address(root) => Communicator::bootstrap(worker, l.rank, l.size, root).await,
-            Root::File { path, bind } => Communicator::bootstrap_file(worker, l.rank, l.size, &path, bind).await,
+        Communicator::join(worker, &Launch::from_env()?).await
+    }
+
+    /// Joins the job `launch` describes: its rank and size, how to reach rank 0, and whether
+    /// the ranks' endpoints have peer error handling ([`Launch::error_handling`]; every rank
+    /// must choose the same, and rank 0 refuses one that does not).
+    pub async fn join(worker: &Worker, launch: &Launch) -> Result<Communicator> {
+        let (rank, size, eh) = (launch.rank, launch.size, launch.error_handling);
+        check_world(rank, size)?;
+        match &launch.root {
+            Root::Address(root) => Communicator::meet_at_address(worker, rank, size, *root, eh).await,
+            Root::File { path, bind } => Communicator::meet_at_file(worker, rank, size, path, *bind, eh).await,
         }
     }
 
@@ -72,7 +80,7 @@ impl Communicator {
     /// port), writes the address it got there (`wire::bootstrap::rendezvous_text`, written
     /// whole by a rename) and removes it once every rank has joined; the others wait for the
     /// file for up to [`BOOTSTRAP_TIMEOUT`], reading it again while its address does not
-    /// answer (a file left by an earlier job).
+    /// answer (a file left by an earlier job). The ranks' endpoints have peer error handling.
     pub async fn bootstrap_file(
         worker: &Worker,
         rank: usize,
@@ -80,8 +88,19 @@ impl Communicator {
         path: &Path,
         bind: SocketAddr,
     ) -> Result<Communicator> {
+        let root = Root::File { path: path.to_path_buf(), bind };
+        Communicator::join(worker, &Launch { rank, size, root, error_handling: true }).await
+    }
+
+    async fn meet_at_file(
+        worker: &Worker,
+        rank: usize,
+        size: usize,
+        path: &Path,
+        bind: SocketAddr,
+        eh: bool,
+    ) -> Result<Communicator> {
         const OP: &str = "Communicator::bootstrap_file";
-        check_world(rank, size)?;
         let io =
             |what: &str, e: std::io::Error| invalid(OP, format!("{what} the rendezvous file {}: {e}", path.display()));
         if rank == 0 {
@@ -90,10 +109,10 @@ impl Communicator {
             let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
             std::fs::write(&tmp, text).map_err(|e| io("cannot write", e))?;
             std::fs::rename(&tmp, path).map_err(|e| io("cannot move into place", e))?;
-            let joined = bootstrap::serve(worker, &listener, size).await;
+            let joined = bootstrap::serve(worker, &listener, size, eh).await;
             // Every rank has read it (or the bootstrap failed): a later job must not find it.
             let _ = std::fs::remove_file(path);
-            return Communicator::connect(worker, 0, joined?).await;
+            return Communicator::connect(worker, 0, joined?, eh).await;
         }
         let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
         let joined = loop {
@@ -106,7 +125,7 @@ impl Communicator {
                 Err(e) => return Err(io("cannot read", e)),
             };
             let tried = match root {
-                Some(root) => match bootstrap::join(worker, rank, size, root?).await {
+                Some(root) => match bootstrap::join(worker, rank, size, root?, eh).await {
                     Ok(j) => break j,
                     Err(e @ Error::Protocol { .. }) => return Err(e),
                     Err(e) => Some(e),
@@ -123,41 +142,62 @@ impl Communicator {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        Communicator::connect(worker, rank, joined).await
+        Communicator::connect(worker, rank, joined, eh).await
     }
 
     /// Joins a job of `size` ranks as `rank`; rank 0 listens on `root`, the others connect
-    /// to it (retrying for up to [`BOOTSTRAP_TIMEOUT`] while it is not up yet).
+    /// to it (retrying for up to [`BOOTSTRAP_TIMEOUT`] while it is not up yet). The ranks'
+    /// endpoints have peer error handling.
     pub async fn bootstrap(worker: &Worker, rank: usize, size: usize, root: SocketAddr) -> Result<Communicator> {
-        check_world(rank, size)?;
+        Communicator::join(worker, &Launch { rank, size, root: Root::Address(root), error_handling: true }).await
+    }
+
+    async fn meet_at_address(
+        worker: &Worker,
+        rank: usize,
+        size: usize,
+        root: SocketAddr,
+        eh: bool,
+    ) -> Result<Communicator> {
         if rank == 0 {
             let listener = Listener::bind(worker, root)?;
-            return Communicator::serve(worker, &listener, size).await;
+            let joined = bootstrap::serve(worker, &listener, size, eh).await?;
+            return Communicator::connect(worker, 0, joined, eh).await;
         }
         let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
         let joined = loop {
-            match bootstrap::join(worker, rank, size, root).await {
+            match bootstrap::join(worker, rank, size, root, eh).await {
                 Ok(j) => break j,
                 Err(e @ Error::Protocol { .. }) => return Err(e),
                 Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => return Err(e),
             }
         };
-        Communicator::connect(worker, rank, joined).await
+        Communicator::connect(worker, rank, joined, eh).await
     }
 
     /// Rank 0 of a job of `size` ranks, on a listener the caller bound (for a port chosen by
-    /// the system: bind to port 0 and hand [`Listener::local_addr`] to the other ranks).
+    /// the system: bind to port 0 and hand [`Listener::local_addr`] to the other ranks). The
+    /// ranks' endpoints have peer error handling.
     pub async fn serve(worker: &Worker, listener: &Listener, size: usize) -> Result<Communicator> {
         check_world(0, size)?;
-        let joined = bootstrap::serve(worker, listener, size).await?;
-        Communicator::connect(worker, 0, joined).await
+        let joined = bootstrap::serve(worker, listener, size, true).await?;
+        Communicator::connect(worker, 0, joined, true).await
     }
 
-    /// Connects to every rank's worker, waits until every rank has, then lets the bootstrap
-    /// endpoints go.
-    async fn connect(worker: &Worker, rank: usize, (table, bootstrap): bootstrap::Joined) -> Result<Communicator> {
-        let peers = table.iter().map(|a| Endpoint::connect_to_worker(worker, a, None)).collect::<Result<Vec<_>>>()?;
+    /// Connects to every rank's worker (with peer error handling if `eh`), waits until every
+    /// rank has, then lets the bootstrap endpoints go.
+    async fn connect(
+        worker: &Worker,
+        rank: usize,
+        (table, bootstrap): bootstrap::Joined,
+        eh: bool,
+    ) -> Result<Communicator> {
+        let options = ConnectOptions { error_handling: eh, ..ConnectOptions::default() };
+        let peers = table
+            .iter()
+            .map(|a| Endpoint::connect_to_worker_with(worker, a, None, options))
+            .collect::<Result<Vec<_>>>()?;
         let comm = Communicator {
             rank,
             peers,
@@ -218,6 +258,12 @@ impl Communicator {
         } else {
             0
         }
+    }
+
+    /// The endpoint to rank `rank` (to see its transports, or for operations this type does
+    /// not wrap, on tags of your own).
+    pub fn endpoint(&self, rank: usize) -> Result<&Endpoint> {
+        self.peer(rank, "Communicator::endpoint")
     }
 
     fn peer(&self, rank: usize, op: &'static str) -> Result<&Endpoint> {

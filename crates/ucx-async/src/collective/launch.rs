@@ -4,11 +4,13 @@
 //! The root's address comes from `MASTER_ADDR`/`MASTER_PORT`, or, where
 //! `UCXA_RENDEZVOUS_FILE` names a file all ranks can see, from that file: rank 0 listens on any
 //! free port (of `MASTER_ADDR`'s host if set, else 127.0.0.1) and writes its address there,
-//! which suits MPI launchers (they set no address).
+//! which suits MPI launchers (they set no address). `UCXA_ERROR_HANDLING` chooses the ranks'
+//! error handling ([`Launch::error_handling`]).
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use super::tag::{invalid, MAX_RANKS};
+use crate::core::wire::bootstrap::{error_handling_parse, ERROR_HANDLING_VAR};
 use crate::Result;
 
 /// Where this process stands in a launched job.
@@ -20,6 +22,14 @@ pub struct Launch {
     pub size: usize,
     /// How the ranks reach rank 0 for the bootstrap.
     pub root: Root,
+    /// Whether the ranks' endpoints have UCX's peer error handling (`UCXA_ERROR_HANDLING`:
+    /// `peer`, the default, or `none`). With it, a rank that dies fails the others' operations
+    /// within UCX's keepalive window. Without it, as with MPI, a rank's death can leave the
+    /// others waiting, so the launcher must end the job (`python -m ucp.launch`, the examples'
+    /// launcher and `mpirun` do); in exchange UCX may use transports that cannot detect a
+    /// peer's death: shared memory with CMA's single copy instead of TCP (or, with
+    /// `UCX_MM_ERROR_HANDLING=y`, shared memory that copies twice).
+    pub error_handling: bool,
 }
 
 /// How the ranks of a launched job find rank 0.
@@ -60,6 +70,9 @@ impl Launch {
             text.trim().parse().map_err(|_| invalid(OP, format!("{name}={text:?} is not a number")))
         };
         let (rank, size) = (number(rank_var)?, number(size_var)?);
+        let value = var(ERROR_HANDLING_VAR);
+        let error_handling = error_handling_parse(value.as_deref())
+            .map_err(|e| invalid(OP, format!("{ERROR_HANDLING_VAR}={:?}: {e}", value.unwrap_or_default())))?;
         if size == 0 || size > MAX_RANKS {
             return Err(invalid(OP, format!("{size_var}={size}: a world has 1 to {MAX_RANKS} ranks")));
         }
@@ -78,7 +91,7 @@ impl Launch {
                 Some(host) => resolve(&host, 0)?,
                 None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             };
-            return Ok(Launch { rank, size, root: Root::File { path: path.into(), bind } });
+            return Ok(Launch { rank, size, root: Root::File { path: path.into(), bind }, error_handling });
         }
         let host = var("MASTER_ADDR").ok_or_else(|| {
             invalid(OP, format!("MASTER_ADDR is not set (rank 0's host), nor {RENDEZVOUS_FILE} (a file to meet at)"))
@@ -87,7 +100,7 @@ impl Launch {
         let Some(port) = port else {
             return Err(invalid(OP, format!("MASTER_PORT={:?} is not a port number", var("MASTER_PORT"))));
         };
-        Ok(Launch { rank, size, root: Root::Address(resolve(&host, port as u16)?) })
+        Ok(Launch { rank, size, root: Root::Address(resolve(&host, port as u16)?), error_handling })
     }
 
     /// This process's rank among the ranks on its host (each rank on a host driving its own
@@ -129,8 +142,17 @@ mod tests {
             [("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]
         {
             let l = launch(&[(r, "2"), (s, "4"), ROOT[0], ROOT[1]]).unwrap();
-            assert_eq!(l, Launch { rank: 2, size: 4, root: Root::Address(root) }, "{r}");
+            assert_eq!(l, Launch { rank: 2, size: 4, root: Root::Address(root), error_handling: true }, "{r}");
         }
+    }
+
+    #[test]
+    fn error_handling_is_on_unless_ucxa_error_handling_says_none() {
+        let with = |v| launch(&[("RANK", "0"), ("WORLD_SIZE", "2"), ROOT[0], ROOT[1], (ERROR_HANDLING_VAR, v)]);
+        assert!(with("peer").unwrap().error_handling);
+        assert!(!with("none").unwrap().error_handling);
+        let e = with("off").unwrap_err().to_string();
+        assert!(e.contains("UCXA_ERROR_HANDLING=\"off\"") && e.contains("`peer` or `none`"), "{e}");
     }
 
     #[test]
