@@ -316,6 +316,16 @@ impl Endpoint {
         self.finish("Endpoint::send_tag", s, buf.byte_len()).await
     }
 
+    /// [`Endpoint::send_tag`] that UCX completes as early as it can, copying eagerly rather
+    /// than starting a rendezvous whose handshake needs the receiver to run
+    /// (`ucx_core::Endpoint::tag_send_fast`): for small messages that carry latency.
+    pub async fn send_tag_fast<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
+        self.inner.state.check("Endpoint::send")?;
+        self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        let s = self.inner.core.tag_send_fast(buf, tag).map_err(|e| self.cause("Endpoint::send", e))?;
+        self.finish("Endpoint::send_tag", s, buf.byte_len()).await
+    }
+
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
     /// the cause when this endpoint is closed or its peer fails first. (UCX matches receives
     /// per worker: the tag, not the endpoint, decides which message arrives here.)

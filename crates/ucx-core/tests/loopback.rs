@@ -11,16 +11,22 @@ use ucx_core::*;
 fn tag_send_recv_reports_length_and_sender_tag() {
     let ctx = context();
     let p = connected_pair(&ctx);
-    for &n in &[0usize, 1, 8, 4096, 8192, 65536, 1 << 20, 4 << 20] {
-        let data = pattern(n, 3);
-        let mut buf = vec![0u8; n + 16];
-        let r = p.server.tag_recv(&mut buf[..], 0xab00, 0xff00).unwrap();
-        let s = p.client_ep.tag_send(&data[..], 0xab42).unwrap();
-        wait_on(&[&p.server, &p.client], s);
-        let c = wait_on(&[&p.server, &p.client], r);
-        assert_eq!(c.length, n);
-        assert_eq!(c.sender_tag, 0xab42);
-        assert_eq!(&buf[..n], &data[..], "{n} bytes");
+    // Plain sends and sends for fast completion (eager where UCX can): the same bytes arrive.
+    for fast in [false, true] {
+        for &n in &[0usize, 1, 8, 4096, 8192, 65536, 300_000, 1 << 20, 4 << 20] {
+            let data = pattern(n, 3);
+            let mut buf = vec![0u8; n + 16];
+            let r = p.server.tag_recv(&mut buf[..], 0xab00, 0xff00).unwrap();
+            let s = match fast {
+                false => p.client_ep.tag_send(&data[..], 0xab42),
+                true => p.client_ep.tag_send_fast(&data[..], 0xab42),
+            };
+            wait_on(&[&p.server, &p.client], s.unwrap());
+            let c = wait_on(&[&p.server, &p.client], r);
+            assert_eq!(c.length, n);
+            assert_eq!(c.sender_tag, 0xab42);
+            assert_eq!(&buf[..n], &data[..], "{n} bytes, fast: {fast}");
+        }
     }
 }
 

@@ -390,7 +390,10 @@ impl Communicator {
         scratch.got.resize(size, 0);
         {
             let mine_tag = tag::own(seq, me, 0, op)?;
-            let sends = (0..size).filter(|&r| r != me).map(|r| self.peers[r].send_tag(&scratch.sent[r][..], mine_tag));
+            // Eager (fast completion): a rendezvous here would wait for each receiver to run,
+            // which costs most where ranks share cores.
+            let sends =
+                (0..size).filter(|&r| r != me).map(|r| self.peers[r].send_tag_fast(&scratch.sent[r][..], mine_tag));
             let recvs = scratch
                 .incoming
                 .chunks_mut(room)

@@ -28,9 +28,11 @@ use super::{exact, WireError};
 pub const LEN: usize = 12;
 
 /// The largest part that travels inside its announcement (see the module doc), for worlds of
-/// up to [`INLINE_ROOM`] / `INLINE_MAX` ranks: UCX sends up to about this much eagerly over
-/// shared memory and TCP, so the data costs one copy either way.
-pub const INLINE_MAX: usize = 8192;
+/// up to [`INLINE_ROOM`] / `INLINE_MAX` ranks. Announcements are sent for fast completion,
+/// which UCX sends eagerly at this size over shared memory and TCP, so an inline part costs
+/// one copy and no rendezvous handshake (Open MPI's shared memory sends the first 32 KiB of
+/// every message with its header for the same reason).
+pub const INLINE_MAX: usize = 32 << 10;
 
 /// The most room one rank posts for inline parts in one `alltoallv`, over all its peers:
 /// larger worlds get a smaller [`inline_max`], so the receive buffers stay bounded.
