@@ -7,7 +7,7 @@
 //! registers the fd edge-triggered, so the reactor always drains progress fully after a
 //! wake-up before arming again; a wake-up
 //! with nothing to do (UCX's keepalive timer fires the fd) just loops. Polling mode never
-//! sleeps. Adaptive mode spins for a budget after the last event, then sleeps as in event mode.
+//! sleeps (its idle rounds yield the core now and then, `ucx_core::IdleYield`). Adaptive mode spins for a budget after the last event, then sleeps as in event mode.
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,8 +129,11 @@ pub(crate) async fn run(
     unclaimed: Arc<Unclaimed>,
 ) -> io::Result<()> {
     if mode == ProgressMode::Polling {
+        // Idle rounds give the core away now and then (to the peer process this one waits
+        // for, where processes outnumber cores), as an operation's own spin does.
+        let mut idle = ucx_core::IdleYield::default();
         loop {
-            progress(&worker, &unclaimed);
+            idle.round(progress(&worker, &unclaimed).idle);
             tokio::task::yield_now().await;
         }
     }

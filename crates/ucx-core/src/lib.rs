@@ -89,6 +89,6 @@ pub use stuck_connections::StuckConnections;
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{
-    spin_yield_period, Armed, Batch, Spin, ThreadMode, Worker, CONTENDED_YIELD, PROGRESS_BATCH, SPIN_CLOCK_ROUNDS,
-    SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS, SPIN_YIELD_ROUNDS_CONTENDED,
+    spin_yield_period, Armed, Batch, IdleYield, Spin, ThreadMode, Worker, CONTENDED_YIELD, PROGRESS_BATCH,
+    SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS, SPIN_YIELD_ROUNDS_CONTENDED,
 };

@@ -408,6 +408,39 @@ pub fn spin_yield_period() -> u32 {
     SPIN_YIELD_EVERY.with(std::cell::Cell::get)
 }
 
+/// Gives the core away now and then while a thread polls UCX with nothing to do, on the
+/// same rule as [`Worker::spin_until`] (every [`SPIN_YIELD_ROUNDS`] idle rounds, every
+/// [`SPIN_YIELD_ROUNDS_CONTENDED`] once a yield has shown the core shared): a busy-polling
+/// loop must not keep the process it waits for off a shared core for a whole time slice.
+#[derive(Debug, Default)]
+pub struct IdleYield {
+    idle_rounds: u32,
+    yields: u64,
+}
+
+impl IdleYield {
+    /// Counts one polling round (`idle`: it found nothing to do) and yields the core when the
+    /// idle rounds since the last yield or event reach this thread's yield period.
+    pub fn round(&mut self, idle: bool) {
+        if !idle {
+            self.idle_rounds = 0;
+            return;
+        }
+        self.idle_rounds += 1;
+        let every = SPIN_YIELD_EVERY.with(std::cell::Cell::get);
+        if self.idle_rounds >= every {
+            self.idle_rounds = 0;
+            self.yields += 1;
+            yield_core(every);
+        }
+    }
+
+    /// How many times it has yielded the core.
+    pub fn yields(&self) -> u64 {
+        self.yields
+    }
+}
+
 /// Yields the core and returns the next yield period: the short one if another thread ran
 /// meanwhile (the yield took long), else one closer to the long one.
 fn yield_core(every: u32) -> u32 {
@@ -422,4 +455,22 @@ fn yield_core(every: u32) -> u32 {
     };
     SPIN_YIELD_EVERY.with(|c| c.set(next));
     next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_rounds_yield_once_per_period_and_events_start_the_count_again() {
+        SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
+        let mut idle = IdleYield::default();
+        let rounds = |idle: &mut IdleYield, n: u32| (0..n).for_each(|_| idle.round(true));
+        rounds(&mut idle, SPIN_YIELD_ROUNDS - 1);
+        idle.round(false); // UCX did something: no yield is owed
+        rounds(&mut idle, SPIN_YIELD_ROUNDS - 1);
+        assert_eq!(idle.yields(), 0);
+        idle.round(true);
+        assert_eq!(idle.yields(), 1, "the period's worth of idle rounds in a row");
+    }
 }
