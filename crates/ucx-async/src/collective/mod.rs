@@ -3,7 +3,8 @@
 //! rank, `barrier`, `allgather` and `alltoallv`.
 //!
 //! - `tag`: the tag layout (user tag, source rank, batch) and its limits, without I/O.
-//! - `launch`: rank, size and how to reach rank 0 (an address, or a rendezvous file) from
+//! - `launch`: rank, size, how to reach rank 0 (an address, or a rendezvous file) and whether
+//!   the ranks use peer error handling (`UCXA_ERROR_HANDLING`), from
 //!   torchrun, Open MPI or PMI variables.
 //! - `bootstrap`: the hello and address-table messages, and their exchange.
 //! - `path`: how an `alltoallv` part travels ([`DataPath`]: one message, or batches through a
