@@ -47,8 +47,6 @@ struct Scratch {
     sent: Vec<Vec<u8>>,
     /// Room for each rank's announcement message, rank by rank.
     incoming: Vec<u8>,
-    /// The length of each rank's announcement message.
-    got: Vec<usize>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -375,8 +373,12 @@ impl Communicator {
         let seq = self.next_seq();
         let size = self.size();
         let inline_max = announce_wire::inline_max(size);
-        // Phase 1 (batch 0): the announcements, small parts inside them. This rank's own part
-        // never leaves the process. The message buffers are the communicator's, reused.
+        // Each peer's announcement (batch 0: its part's size and path, and the part itself if
+        // small) and then its part (batches 1 and up) go peer by peer, without waiting for
+        // the other peers: a part is posted as soon as this rank can, and received as soon as
+        // its announcement is in, so no peer's lateness holds up the rest (MPI's alltoallv
+        // has no such round either: its receivers know the sizes). The message buffers are
+        // the communicator's, reused.
         let mut scratch = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
         scratch.sent.resize_with(size, Vec::new);
         for (r, a) in mine.iter().enumerate() {
@@ -386,111 +388,72 @@ impl Communicator {
         }
         let room = announce_wire::LEN + inline_max;
         scratch.incoming.resize(room * size, 0);
-        scratch.got.clear();
-        scratch.got.resize(size, 0);
-        {
-            let mine_tag = tag::own(seq, me, 0, op)?;
-            // Eager (fast completion): a rendezvous here would wait for each receiver to run,
-            // which costs most where ranks share cores.
-            let sends =
-                (0..size).filter(|&r| r != me).map(|r| self.peers[r].send_tag_fast(&scratch.sent[r][..], mine_tag));
-            let recvs = scratch
-                .incoming
-                .chunks_mut(room)
-                .zip(scratch.got.iter_mut())
-                .enumerate()
-                .filter(|(r, _)| *r != me)
-                .map(|(r, (buf, got))| async move {
-                    *got = self.peers[r].recv_tag(buf, tag::own(seq, r, 0, op)?, FULL_MASK).await?;
-                    Ok::<_, Error>(())
-                });
-            tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
-        }
-        // Each rank's announcement and its inline part (empty if none).
-        let mut theirs = Vec::with_capacity(size);
-        let mut inline = Vec::with_capacity(size);
-        for (r, message) in scratch.incoming.chunks(room).enumerate() {
-            if r == me {
-                theirs.push(mine[me]);
-                inline.push(&[][..]);
-                continue;
-            }
-            let (a, data) = Announce::decode_message(&message[..scratch.got[r]], inline_max)
-                .map_err(|e| Error::Protocol { op, detail: format!("rank {r} sent a bad announcement: {e}") })?;
-            theirs.push(a);
-            inline.push(data);
-        }
-        // Phase 2 (batches 1 and up): the parts that were not inline.
         out.resize_with(size, Vec::new);
-        for (r, (a, buf)) in theirs.iter().zip(out.iter_mut()).enumerate() {
-            // Large parts land on huge pages where the kernel allows (see `huge_pages`).
-            let n = usize::try_from(a.len).ok().filter(|&n| huge_pages::reserve_exact(buf, n).is_ok());
-            let Some(n) = n else {
-                return Err(Error::Protocol {
-                    op,
-                    detail: format!("rank {r} announced a part of {} bytes, which cannot be allocated", a.len),
-                });
-            };
-            if a.is_inline(inline_max) && r != me {
-                buf.clear();
-                buf.extend_from_slice(inline[r]);
-            } else {
-                // The receive overwrites every byte, so only growth is zeroed: a reused
-                // buffer costs no pass over its memory (1 MiB parts: a third of the call).
-                buf.truncate(n);
-                buf.resize(n, 0);
-            }
-        }
-        out[me].copy_from_slice(parts[me]);
-        let uses_pool = mine.iter().chain(&theirs).any(|a| a.batch > 0);
-        let mut pool = if uses_pool { Some(self.pool.lock().await) } else { None };
-        // Each peer's bounce buffers, in rank order, when the pool is in use.
-        let size = self.size();
-        let mut slots = pool.as_deref_mut().map(|p| {
-            p.resize_with(size, PeerSlots::default);
-            p.iter_mut()
-        });
-        let travels = |a: &Announce| !a.is_inline(inline_max);
+        // This rank's own part never leaves the process. Large parts land on huge pages where
+        // the kernel allows (see `huge_pages`), received ones too.
+        out[me].clear();
+        huge_pages::reserve_exact(&mut out[me], parts[me].len()).map_err(|_| Error::Protocol {
+            op,
+            detail: format!("this rank's own part of {} bytes cannot be allocated", parts[me].len()),
+        })?;
+        out[me].extend_from_slice(parts[me]);
+        // The bounce buffers, by peer: a peer may send in batches whatever this rank chose.
+        let mut pool = self.pool.lock().await;
+        pool.resize_with(size, PeerSlots::default);
         let bounce = self.bounce;
-        let mut transfers = Vec::new();
-        for (r, buf) in out.iter_mut().enumerate() {
-            let slot = slots.as_mut().and_then(Iterator::next);
+        let Scratch { sent, incoming } = &mut scratch;
+        let mut transfers = Vec::with_capacity(size.saturating_sub(1));
+        let peers = out.iter_mut().zip(pool.iter_mut()).zip(incoming.chunks_mut(room)).enumerate();
+        for (r, ((buf, slots), message)) in peers {
             if r == me {
                 continue;
             }
-            let ep = &self.peers[r];
-            let (send_slots, recv_slots): (&mut [Vec<u8>], &mut [Vec<u8>]) = match slot {
-                Some(s) => (
-                    if mine[r].batch > 0 { path::ensure(&mut s.send, bounce) } else { &mut [] },
-                    if theirs[r].batch > 0 { path::ensure(&mut s.recv, bounce) } else { &mut [] },
-                ),
-                None => (&mut [], &mut []),
-            };
-            let (to, from) = (mine[r], theirs[r]);
-            let (send_it, recv_it) = (travels(&to), travels(&from));
-            if !send_it && !recv_it {
-                continue;
-            }
-            let part = parts[r];
+            let (ep, to, part, announcement) = (&self.peers[r], mine[r], parts[r], &sent[r][..]);
+            let PeerSlots { send: send_slots, recv: recv_slots } = slots;
             transfers.push(async move {
                 let send = async {
-                    if !send_it {
+                    // Eager (fast completion): a rendezvous here would wait for the receiver
+                    // to run, which costs most where ranks share cores.
+                    ep.send_tag_fast(announcement, tag::own(seq, me, 0, op)?).await?;
+                    if to.is_inline(inline_max) {
                         return Ok(());
                     }
-                    path::send_part(ep, part, to, |b| tag::own(seq, me, b, op), send_slots).await
+                    let slots = if to.batch > 0 { path::ensure(send_slots, bounce) } else { &mut [] };
+                    path::send_part(ep, part, to, |b| tag::own(seq, me, b, op), slots).await
                 };
                 let recv = async {
-                    if !recv_it {
+                    let got = ep.recv_tag(&mut message[..], tag::own(seq, r, 0, op)?, FULL_MASK).await?;
+                    let (from, data) = Announce::decode_message(&message[..got], inline_max).map_err(|e| {
+                        Error::Protocol { op, detail: format!("rank {r} sent a bad announcement: {e}") }
+                    })?;
+                    let n = usize::try_from(from.len).ok().filter(|&n| huge_pages::reserve_exact(buf, n).is_ok());
+                    let Some(n) = n else {
+                        return Err(Error::Protocol {
+                            op,
+                            detail: format!(
+                                "rank {r} announced a part of {} bytes, which cannot be allocated",
+                                from.len
+                            ),
+                        });
+                    };
+                    if from.is_inline(inline_max) {
+                        buf.clear();
+                        buf.extend_from_slice(data);
                         return Ok(());
                     }
-                    path::recv_part(ep, &mut buf[..], from, |b| tag::own(seq, r, b, op), recv_slots, op, r).await
+                    // The receive overwrites every byte, so only growth is zeroed: a reused
+                    // buffer costs no pass over its memory (1 MiB parts: a third of the call).
+                    buf.truncate(n);
+                    buf.resize(n, 0);
+                    let slots = if from.batch > 0 { path::ensure(recv_slots, bounce) } else { &mut [] };
+                    path::recv_part(ep, &mut buf[..], from, |b| tag::own(seq, r, b, op), slots, op, r).await
                 };
                 tokio::try_join!(send, recv).map(drop)
             });
         }
-        // Every part's operations are in UCX before any spins (see `try_join_posted`).
+        // Every peer's first operations are in UCX before any spins (see `try_join_posted`).
         try_join_posted(transfers).await?;
-        drop(inline);
+        drop(pool);
         *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         Ok(())
     }
