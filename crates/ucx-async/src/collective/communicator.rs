@@ -389,28 +389,33 @@ impl Communicator {
         let room = announce_wire::LEN + inline_max;
         scratch.incoming.resize(room * size, 0);
         out.resize_with(size, Vec::new);
-        // This rank's own part never leaves the process. Large parts land on huge pages where
-        // the kernel allows (see `huge_pages`), received ones too.
-        out[me].clear();
-        huge_pages::reserve_exact(&mut out[me], parts[me].len()).map_err(|_| Error::Protocol {
-            op,
-            detail: format!("this rank's own part of {} bytes cannot be allocated", parts[me].len()),
-        })?;
-        out[me].extend_from_slice(parts[me]);
         // The bounce buffers, by peer: a peer may send in batches whatever this rank chose.
         let mut pool = self.pool.lock().await;
         pool.resize_with(size, PeerSlots::default);
         let bounce = self.bounce;
         let Scratch { sent, incoming } = &mut scratch;
-        let mut transfers = Vec::with_capacity(size.saturating_sub(1));
-        let peers = out.iter_mut().zip(pool.iter_mut()).zip(incoming.chunks_mut(room)).enumerate();
+        let mut transfers = Vec::with_capacity(size);
+        // This rank's own part last: it is copied once every message is out, while the peers
+        // already read.
+        let mut peers: Vec<_> =
+            out.iter_mut().zip(pool.iter_mut()).zip(incoming.chunks_mut(room)).enumerate().collect();
+        let own = peers.remove(me);
+        peers.push(own);
         for (r, ((buf, slots), message)) in peers {
-            if r == me {
-                continue;
-            }
             let (ep, to, part, announcement) = (&self.peers[r], mine[r], parts[r], &sent[r][..]);
             let PeerSlots { send: send_slots, recv: recv_slots } = slots;
             transfers.push(async move {
+                if r == me {
+                    // Never leaves the process. Large parts land on huge pages where the kernel
+                    // allows (see `huge_pages`), received ones too.
+                    buf.clear();
+                    huge_pages::reserve_exact(buf, part.len()).map_err(|_| Error::Protocol {
+                        op,
+                        detail: format!("this rank's own part of {} bytes cannot be allocated", part.len()),
+                    })?;
+                    buf.extend_from_slice(part);
+                    return Ok(());
+                }
                 let send = async {
                     // Eager (fast completion): a rendezvous here would wait for the receiver
                     // to run, which costs most where ranks share cores.
