@@ -239,46 +239,42 @@ class Communicator:
                 raise ValueError(f"the part for rank {r} ({len(p)} bytes in batches of {b}): {e}") from None
             announce.append((head + p if inline and r != me else head, inline))
         seq = self._next_seq()
-        # Phase 1: the announcements, small parts inside them (ucx-core's wire::alltoallv).
+        # Each peer's announcement (batch 0, small parts inside it: ucx-core's wire::alltoallv)
+        # and then its part (batches 1 and up) go peer by peer, without waiting for the other
+        # peers' announcements, as in ucx-async.
         room = _native.alltoallv_announce_room(self.size)
-        incoming = [bytearray(room) if r != me else None for r in range(self.size)]
         tag = _native.collective_own_tag
-        ops = [self._eps[r].send(m, tag=tag(seq, me, 0), force_tag=True) for r, (m, _) in enumerate(announce) if r != me]
-        ops += [self._eps[r]._recv_up_to(b, tag(seq, r, 0)) for r, b in enumerate(incoming) if b is not None]
-        got = await asyncio.gather(*ops)
-        lengths = iter(got[self.size - 1 :])
-        theirs = []
-        for r, b in enumerate(incoming):
-            if b is None:
-                theirs.append(None)
-                continue
-            try:
-                theirs.append(_native.alltoallv_announce_decode(bytes(memoryview(b)[: next(lengths)]), self.size))
-            except ValueError as e:
-                raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
         del out[self.size :]
         out.extend(bytearray() for _ in range(self.size - len(out)))
-        for r, t in enumerate(theirs):
+        for r in range(self.size):
             if not isinstance(out[r], bytearray):
                 out[r] = bytearray()
-            n = len(parts[me]) if t is None else t[0]
-            if len(out[r]) != n:
-                # Shrinking keeps the allocation; growing reuses it where it can.
-                out[r][n:] = b""
-                out[r].extend(bytes(n - len(out[r])))
-        out[me][:] = parts[me]
-        ops = []
-        for r in range(self.size):
-            if r == me:
-                continue
-            if not announce[r][1]:
-                ops.append(self._send_part(seq, r, parts[r], batches[r]))
-            _, batch, data = theirs[r]
+
+        async def send(r):
+            message, inline = announce[r]
+            await self._eps[r].send(message, tag=tag(seq, me, 0), force_tag=True)
+            if not inline:
+                await self._send_part(seq, r, parts[r], batches[r])
+
+        async def recv(r):
+            incoming = bytearray(room)
+            n = await self._eps[r]._recv_up_to(incoming, tag(seq, r, 0))
+            try:
+                length, batch, data = _native.alltoallv_announce_decode(bytes(memoryview(incoming)[:n]), self.size)
+            except ValueError as e:
+                raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
+            _resize(out[r], length)
             if data is None:
-                ops.append(self._recv_part(seq, r, out[r], batch))
+                await self._recv_part(seq, r, out[r], batch)
             else:
                 out[r][:] = data
-        await asyncio.gather(*ops)
+
+        peers = [r for r in range(self.size) if r != me]
+        ops = asyncio.gather(*(send(r) for r in peers), *(recv(r) for r in peers))
+        # This rank's own part never leaves the process.
+        _resize(out[me], len(parts[me]))
+        out[me][:] = parts[me]
+        await ops
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
@@ -328,6 +324,14 @@ class Communicator:
         await self.barrier()
         for ep in self._eps:
             ep.abort()
+
+
+def _resize(buf, n):
+    """Makes the bytearray ``buf`` ``n`` bytes long: shrinking keeps the allocation, growing
+    reuses it where it can (the new bytes are zero until a receive writes them)."""
+    if len(buf) != n:
+        buf[n:] = b""
+        buf.extend(bytes(n - len(buf)))
 
 
 def local_rank(environ=None):
