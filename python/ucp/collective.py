@@ -252,7 +252,7 @@ class Communicator:
 
         async def send(r):
             message, inline = announce[r]
-            await self._eps[r].send(message, tag=tag(seq, me, 0), force_tag=True)
+            await self._eps[r]._send_fast(message, tag(seq, me, 0))
             if not inline:
                 await self._send_part(seq, r, parts[r], batches[r])
 

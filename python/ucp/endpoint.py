@@ -116,15 +116,16 @@ class Endpoint:
             return self._tags[key]
         return _native.user_tag(self._tags[key], hash(tag))
 
-    def _post_send(self, buffer, tag, spin_us):
+    def _post_send(self, buffer, tag, spin_us, fast=False):
         """Submits a send on the already computed ``tag``: ``None`` if UCX finished it at once,
-        else its future."""
+        else its future. ``fast``: UCX completes it as early as it can, eagerly where it would
+        otherwise start a rendezvous."""
         ep = self._ep
         if ep is None:
             raise UCXEndpointClosed("Endpoint closed")
         self._send_count += 1
         # One native call: raises the peer's failure, or UCXEndpointClosed if closed, first.
-        return ep.tag_send_checked(buffer, tag, spin_us)
+        return ep.tag_send_checked(buffer, tag, spin_us, fast)
 
     def _post_recv(self, buffer, tag, spin_us):
         """Submits a receive on the already computed ``tag``: ``None`` if it finished at once,
@@ -170,6 +171,18 @@ class Endpoint:
         ret = True if fut is None else await self._await_recv(fut)
         self._recv_finished()
         return ret
+
+    async def _send_fast(self, buffer, tag):
+        """``send`` with ``force_tag``, for fast completion (eager where UCX would otherwise
+        start a rendezvous, whose handshake waits for the receiver to run): the collectives'
+        announcements, as ucx-async sends them."""
+        try:
+            fut = self._post_send(buffer, tag, inline_spin_us(), fast=True)
+            if fut is not None:
+                await fut
+        except UCXCanceled as e:
+            if self._cancel_is_an_error(e):
+                raise e
 
     async def _recv_up_to(self, buffer, tag):
         """``recv`` with ``force_tag`` of a message of at most ``buffer``'s size; returns its

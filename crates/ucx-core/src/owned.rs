@@ -131,6 +131,11 @@ impl Endpoint {
     pub fn tag_send_owned<B: SendBuffer + Send + 'static>(&self, buf: B, tag: u64) -> Result<Owned<B>> {
         Owned::submit(Box::new(buf), false, |b| self.tag_send(&*b, tag))
     }
+
+    /// [`Endpoint::tag_send_owned`] for fast completion ([`Endpoint::tag_send_fast`]).
+    pub fn tag_send_owned_fast<B: SendBuffer + Send + 'static>(&self, buf: B, tag: u64) -> Result<Owned<B>> {
+        Owned::submit(Box::new(buf), false, |b| self.tag_send_fast(&*b, tag))
+    }
 }
 
 impl Worker {

@@ -189,7 +189,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.send_spinning(py, buffer, tag, on_done, name, 0)
+        self.send_spinning(py, buffer, tag, on_done, name, Sending { spin_us: 0, fast: false })
     }
 
     /// Receives (worker-wide, as UCX-Py) a message with exactly `tag` into `buffer`, which it
@@ -210,16 +210,20 @@ impl Endpoint {
     /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends, progressing for up
     /// to `spin_us` before it returns a future (a rendezvous send finishes once the peer has
     /// fetched the data; see `TagRecv::post`).
-    #[pyo3(signature = (buffer, tag, spin_us = 0))]
+    /// With `fast`, UCX completes the send as early as it can, copying eagerly where it would
+    /// otherwise start a rendezvous (`ucx_core::Endpoint::tag_send_fast`; the collectives'
+    /// announcements).
+    #[pyo3(signature = (buffer, tag, spin_us = 0, fast = false))]
     fn tag_send_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         tag: u64,
         spin_us: u64,
+        fast: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
         self.raise_on_error(py)?;
-        self.send_spinning(py, buffer, tag, None, None, spin_us)
+        self.send_spinning(py, buffer, tag, None, None, Sending { spin_us, fast })
     }
 
     /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
@@ -395,8 +399,16 @@ impl Endpoint {
     }
 }
 
+/// How a tag send goes: how long to spin if UCX did not finish it at once, and whether for fast
+/// completion.
+#[derive(Clone, Copy)]
+struct Sending {
+    spin_us: u64,
+    fast: bool,
+}
+
 impl Endpoint {
-    /// A tag send, spinning up to `spin_us` if UCX did not finish it at once.
+    /// A tag send, spinning up to `how.spin_us` if UCX did not finish it at once.
     fn send_spinning(
         &self,
         py: Python<'_>,
@@ -404,17 +416,14 @@ impl Endpoint {
         tag: u64,
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
-        spin_us: u64,
+        how: Sending,
     ) -> PyResult<Option<Py<PyAny>>> {
         let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
-        let op = Submission {
-            submitted: ep.tag_send_owned(buf, tag),
-            expect: Expect::new(name, None),
-            owner: Some(self.owner()),
-        };
-        submit::track_spinning(&self.engine, py, op, on_done, spin_us)
+        let submitted = if how.fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
+        let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
+        submit::track_spinning(&self.engine, py, op, on_done, how.spin_us)
     }
 
     /// A worker-wide receive of exactly `tag`, registered on this endpoint, spinning up to
