@@ -11,6 +11,7 @@ PATH and BATCH (default ``auto`` and the pool's default) go to ``set_data_path``
 
 Exits 0 and prints ``OK rank R`` on success."""
 import asyncio
+import os
 import random
 import struct
 import sys
@@ -90,9 +91,35 @@ async def mirror_alltoall(c, max_size, iters):
         size *= 4
 
 
+async def rank_gone(c):
+    """The last rank leaves without a word; the others' alltoallv of 1 MiB parts fails for it,
+    but only once their own exchange has settled: each has the others' parts whole."""
+    await c.barrier()
+    if c.rank == c.size - 1:
+        for ep in c._eps:
+            ep.abort()
+        os._exit(0)
+    parts = [bytes([c.rank * 16 + d]) * (1 << 20) for d in range(c.size)]
+    out = []
+    try:
+        await asyncio.wait_for(c.alltoallv_into(parts, out), 30)
+    except asyncio.TimeoutError:
+        raise AssertionError("alltoallv hung on a rank that left") from None
+    except Exception as e:  # the departed rank's failure, by whatever name UCX gives it
+        print(f"FAILED AS EXPECTED rank {c.rank}: {type(e).__name__}", flush=True)
+    else:
+        raise AssertionError("alltoallv went on as if the last rank were there")
+    for s in range(c.size - 1):
+        assert bytes(out[s]) == bytes([s * 16 + c.rank]) * (1 << 20), f"rank {c.rank} lacks rank {s}'s part"
+    print(f"OK rank {c.rank}", flush=True)
+    os._exit(0)  # the communicator cannot close cleanly without the last rank
+
+
 async def main():
     c = await Communicator.from_env()
     mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "rank-gone":
+        await rank_gone(c)
     if mode == "selftest":
         path = args[0:2]
     else:

@@ -110,6 +110,19 @@ def _alive(pid):
         return False
 
 
+def test_a_rank_that_leaves_costs_the_others_nothing_of_each_others():
+    """The last of 3 ranks leaves mid-job: the other two's alltoallv fails for it without
+    hanging, and each still has the other's 1 MiB part whole (as in ucx-async)."""
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    procs = [
+        subprocess.Popen([sys.executable, RANK_SCRIPT, "rank-gone"], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
+        for r in range(3)
+    ]
+    results = _finish(procs, timeout=60)
+    for rank, (status, stdout) in enumerate(results[:2]):
+        assert status == 0 and f"FAILED AS EXPECTED rank {rank}" in stdout and f"OK rank {rank}" in stdout, (rank, status, stdout)
+
+
 def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n")

@@ -270,11 +270,16 @@ class Communicator:
                 out[r][:] = data
 
         peers = [r for r in range(self.size) if r != me]
-        ops = asyncio.gather(*(send(r) for r in peers), *(recv(r) for r in peers))
+        ops = asyncio.gather(*(send(r) for r in peers), *(recv(r) for r in peers), return_exceptions=True)
         # This rank's own part never leaves the process.
         _resize(out[me], len(parts[me]))
         out[me][:] = parts[me]
-        await ops
+        # Every peer's operations settle before the call returns, even when one peer's fail:
+        # the healthy peers' parts arrive whole, and nothing is left running behind the call.
+        # The first failure is raised.
+        for r in await ops:
+            if isinstance(r, BaseException):
+                raise r
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""

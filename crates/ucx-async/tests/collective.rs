@@ -408,3 +408,28 @@ async fn large_parts_are_received_into_memory_advised_onto_huge_pages() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rank_does_not_cost_the_others_each_others_parts() {
+    // Rank 2 goes away; ranks 0 and 1 get an error for it, but only once their own exchange
+    // has settled: each has the other's part whole (1 MiB: a rendezvous, which UCX could not
+    // withdraw half way), and nothing hangs.
+    let results = world(3, |c| async move {
+        c.barrier().await.unwrap();
+        if c.rank() == 2 {
+            drop(c);
+            return None;
+        }
+        let parts: Vec<Vec<u8>> = (0..3).map(|d| vec![(c.rank() * 16 + d) as u8; 1 << 20]).collect();
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let mut out = Vec::new();
+        let r = tokio::time::timeout(Duration::from_secs(30), c.alltoallv_into(&refs, &mut out)).await;
+        Some((c.rank(), r.map(|r| r.map_err(|e| e.is_disconnect())), out))
+    })
+    .await;
+    for (rank, r, out) in results.into_iter().take(2).map(Option::unwrap) {
+        assert_eq!(r, Ok(Err(true)), "rank {rank}: fails, as a disconnect, and does not hang");
+        let other = 1 - rank;
+        assert_eq!(out[other], vec![(other * 16 + rank) as u8; 1 << 20], "rank {rank} has rank {other}'s part");
+    }
+}

@@ -19,7 +19,8 @@ use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
 use crate::core::{huge_pages, RecvBuffer, SendBuffer, FULL_MASK};
-use crate::{try_join_posted, ConnectOptions, Endpoint, Error, Listener, Result, Worker};
+use crate::posting::join_posted;
+use crate::{ConnectOptions, Endpoint, Error, Listener, Result, Worker};
 
 /// How long a rank keeps trying to reach rank 0, which may start later.
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -457,8 +458,15 @@ impl Communicator {
             });
         }
         // Every peer's first operations are in UCX before any spins (see `try_join_posted`).
-        try_join_posted(transfers).await?;
+        // All settle before the call returns, even when one peer's fail: a part already on its
+        // way to a healthy peer could not be withdrawn (UCX cannot cancel a rendezvous send, so
+        // dropping it would wait for a receive that peer may never post), and that peer's own
+        // part still arrives whole. The first failure is returned.
+        let failed = join_posted(transfers).await.into_iter().find_map(Result::err);
         drop(pool);
+        if let Some(e) = failed {
+            return Err(e);
+        }
         *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         Ok(())
     }
