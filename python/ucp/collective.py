@@ -252,7 +252,7 @@ class Communicator:
 
         async def send(r):
             message, inline = announce[r]
-            await self._eps[r]._send_fast(message, tag(seq, me, 0))
+            await self._eps[r]._send(message, tag(seq, me, 0), fast=True)
             if not inline:
                 await self._send_part(seq, r, parts[r], batches[r])
 

@@ -147,9 +147,14 @@ class Endpoint:
     async def send(self, buffer, tag=None, force_tag=False):
         """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
         endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
-        tag = self._tag("msg_send", tag, force_tag)
+        return await self._send(buffer, self._tag("msg_send", tag, force_tag))
+
+    async def _send(self, buffer, tag, fast=False):
+        """``send`` on the already computed ``tag``. ``fast``: for fast completion (eager where
+        UCX would otherwise start a rendezvous, whose handshake waits for the receiver to run):
+        the collectives' announcements, as ucx-async sends them."""
         try:
-            fut = self._post_send(buffer, tag, inline_spin_us())
+            fut = self._post_send(buffer, tag, inline_spin_us(), fast)
             if fut is None:
                 return True
             return await fut
@@ -171,18 +176,6 @@ class Endpoint:
         ret = True if fut is None else await self._await_recv(fut)
         self._recv_finished()
         return ret
-
-    async def _send_fast(self, buffer, tag):
-        """``send`` with ``force_tag``, for fast completion (eager where UCX would otherwise
-        start a rendezvous, whose handshake waits for the receiver to run): the collectives'
-        announcements, as ucx-async sends them."""
-        try:
-            fut = self._post_send(buffer, tag, inline_spin_us(), fast=True)
-            if fut is not None:
-                await fut
-        except UCXCanceled as e:
-            if self._cancel_is_an_error(e):
-                raise e
 
     async def _recv_up_to(self, buffer, tag):
         """``recv`` with ``force_tag`` of a message of at most ``buffer``'s size; returns its

@@ -310,19 +310,22 @@ impl Endpoint {
 
     /// Sends `buf` with an explicit tag.
     pub async fn send_tag<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
-        self.inner.state.check("Endpoint::send")?;
-        self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
-        let s = self.inner.core.tag_send(buf, tag).map_err(|e| self.cause("Endpoint::send", e))?;
-        self.finish("Endpoint::send_tag", s, buf.byte_len()).await
+        self.send_tag_as(buf, tag, false).await
     }
 
     /// [`Endpoint::send_tag`] that UCX completes as early as it can, copying eagerly rather
     /// than starting a rendezvous whose handshake needs the receiver to run
     /// (`ucx_core::Endpoint::tag_send_fast`): for small messages that carry latency.
     pub async fn send_tag_fast<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
+        self.send_tag_as(buf, tag, true).await
+    }
+
+    async fn send_tag_as<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64, fast: bool) -> Result<()> {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
-        let s = self.inner.core.tag_send_fast(buf, tag).map_err(|e| self.cause("Endpoint::send", e))?;
+        let core = &self.inner.core;
+        let s = if fast { core.tag_send_fast(buf, tag) } else { core.tag_send(buf, tag) };
+        let s = s.map_err(|e| self.cause("Endpoint::send", e))?;
         self.finish("Endpoint::send_tag", s, buf.byte_len()).await
     }
 

@@ -77,21 +77,27 @@ async fn alltoallv_rounds_shaped(n: usize, path: fn(usize) -> DataPath, bounce: 
     let sizes = world(n, move |mut c| async move {
         c.set_data_path(path(c.rank()));
         c.set_bounce(bounce(c.rank())).unwrap();
-        let mut seen = 0usize;
-        for round in 0..4 {
-            let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
-            let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
-            let got = c.alltoallv(&refs).await.unwrap();
-            for (src, bytes) in got.iter().enumerate() {
-                assert_eq!(bytes, &part(src, c.rank(), round), "round {round}: rank {src} -> {}", c.rank());
-                seen += bytes.len();
-            }
-        }
+        let seen = checked_rounds(&c, 4).await;
         c.close().await.unwrap();
         seen
     })
     .await;
     assert_eq!(sizes.len(), n);
+}
+
+/// `rounds` alltoallv calls of `part`s, every byte checked; returns the bytes received.
+async fn checked_rounds(c: &Communicator, rounds: u64) -> usize {
+    let mut seen = 0usize;
+    for round in 0..rounds {
+        let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
+        let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+        let got = c.alltoallv(&refs).await.unwrap();
+        for (src, bytes) in got.iter().enumerate() {
+            assert_eq!(bytes, &part(src, c.rank(), round), "round {round}: rank {src} -> {}", c.rank());
+            seen += bytes.len();
+        }
+    }
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,14 +360,7 @@ async fn ranks_without_error_handling_move_the_same_bytes_over_shared_memory() {
                 c.set_bounce(Bounce { batch: 4099, depth: 3 }).unwrap();
                 let peer = c.endpoint((c.rank() + 1) % 3).unwrap().core();
                 let (eh, transports) = (peer.error_handling(), peer.transports());
-                for round in 0..3 {
-                    let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
-                    let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
-                    let got = c.alltoallv(&refs).await.unwrap();
-                    for (src, bytes) in got.iter().enumerate() {
-                        assert_eq!(bytes, &part(src, c.rank(), round), "{path:?} round {round}: {src} -> {}", c.rank());
-                    }
-                }
+                checked_rounds(&c, 3).await;
                 c.close().await.unwrap();
                 (eh, transports)
             },
