@@ -30,6 +30,37 @@ def test_device_to_device(progress_mode):
     run(main())
 
 
+def test_arrays_move_from_a_thread_that_never_touched_cuda(fresh_ucp):
+    """CuPy names the legacy default stream, which means "of the current context", and the
+    sending thread (an event loop of its own) has none: ucp waits in the memory's context.
+    The first H200 run failed here with 'invalid device context'."""
+    import threading
+
+    out = cupy.arange(1 << 20, dtype="u1")  # this thread has the context current; that one will not
+    back = cupy.zeros(1 << 20, dtype="u1")
+    small_out, small_back = cupy.arange(8, dtype="u1"), cupy.zeros(8, dtype="u1")
+    cupy.cuda.runtime.deviceSynchronize()
+    errors = []
+
+    async def main():
+        lf, client, server = await pair()
+        await asyncio.gather(client.send(small_out), server.recv(small_back))
+        await asyncio.gather(client.send(out), server.recv(back))
+        lf.close()
+
+    def elsewhere():
+        try:
+            run(main())
+        except BaseException as e:  # noqa: B036 - reported by the test's thread below
+            errors.append(e)
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join()
+    assert not errors, errors
+    assert bool((back == out).all()) and bool((small_back == small_out).all())
+
+
 def test_send_multi_with_device_frames(fresh_ucp):
     async def main():
         lf, client, server = await pair()

@@ -165,8 +165,10 @@ impl PyBuf {
                  cuda_ipc) are available and enabled in UCX_TLS",
             ));
         }
-        if let Some(stream) = self.stream {
-            crate::cuda_stream::synchronize(stream)?;
+        // Zero bytes are never read or written, and their address may be no device memory at
+        // all (CuPy's is 0), so there is nothing to wait for.
+        if let (Some(stream), true) = (self.stream, self.len > 0) {
+            crate::cuda_stream::synchronize(stream, self.ptr as usize)?;
         }
         Ok(self)
     }
