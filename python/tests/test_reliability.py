@@ -190,6 +190,37 @@ def test_am_message_handed_to_a_cancelled_receive_on_another_loop_is_requeued(pr
     run(main())
 
 
+def test_am_message_in_transit_to_a_cancelled_receive_is_not_overtaken(progress_mode):
+    """A receive posted while the first message is still on its way to a cancelled receive
+    (the loop has not run the hand-over yet) gets the first, not the next to arrive. With
+    Python 3.12's wait_for, which awaits the coroutine in place, the test above met this on
+    a 16-core machine: "second" arrived and went to the new receive before "first" was put
+    back."""
+
+    async def main():
+        lf, client, server = await pair()
+        loop = asyncio.get_running_loop()
+        fut = server._ep.am_recv()
+        client._ep.am_send(b"first")
+        _progress_in_a_thread_until_handed_over(fut)
+        fut.cancel()
+        nxt = server._ep.am_recv()  # nothing queued: it waits
+        client._ep.am_send(b"second")
+
+        def second_arrived():
+            queued = server._ep.am_probe()
+            return queued or any(getattr(h, "_args", None) and h._args[0] is nxt for h in list(loop._ready))
+
+        t = threading.Thread(target=_progress_until, args=(second_arrived,))
+        t.start()
+        t.join()
+        assert await nxt == b"first"
+        assert await asyncio.wait_for(server.am_recv(), 5) == b"second"
+        lf.close()
+
+    run(main())
+
+
 def test_message_handed_to_a_cancelled_receive_on_another_loop_closes_the_endpoint(progress_mode):
     """A tag message cannot be put back in UCX: the endpoint closes, so the next receive fails
     clearly instead of silently getting the message after."""

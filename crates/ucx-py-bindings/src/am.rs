@@ -2,8 +2,13 @@
 //! type, are received into an object from the allocator registered for that memory type
 //! (host default `bytearray`), and are queued per sender endpoint until an `am_recv` on that
 //! endpoint takes them, first in first out. One [`AmQueues`] per worker holds this state.
+//!
+//! First in first out holds across threads too: a message handed to a receive whose loop runs
+//! in another thread is "in transit" until that loop takes it or, the receive having been
+//! cancelled meanwhile, puts it back at the head. While one is in transit, later messages are
+//! queued behind it and new receives wait, so neither can overtake it.
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
@@ -27,6 +32,52 @@ struct State {
     allocators: [Option<Py<PyAny>>; 2],
     queued: HashMap<usize, VecDeque<Outcome>>,
     waiting: HashMap<usize, VecDeque<Target>>,
+    /// Messages handed to a receive of another thread's loop and not yet taken or put back.
+    in_transit: HashMap<usize, usize>,
+}
+
+impl State {
+    fn in_transit(&self, handle: usize) -> bool {
+        self.in_transit.get(&handle).is_some_and(|&n| n > 0)
+    }
+}
+
+/// One message in transit to a receive on another loop; dropped once that loop has taken it
+/// or put it back, which serves the receives that waited behind it.
+struct Transit {
+    queues: Arc<AmQueues>,
+    engine: Weak<Engine>,
+    handle: usize,
+}
+
+impl Transit {
+    fn new(queues: &Arc<AmQueues>, engine: &Engine, handle: usize) -> Transit {
+        *lock(&queues.0).in_transit.entry(handle).or_default() += 1;
+        Transit { queues: queues.clone(), engine: engine.weak(), handle }
+    }
+}
+
+impl Drop for Transit {
+    fn drop(&mut self) {
+        let arrived = {
+            let mut state = lock(&self.queues.0);
+            match state.in_transit.get_mut(&self.handle) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    state.in_transit.remove(&self.handle);
+                    true
+                }
+                None => false, // the endpoint was forgotten meanwhile
+            }
+        };
+        if let (true, Some(engine)) = (arrived, self.engine.upgrade()) {
+            // Dropped where the hand-over ran or was given up, with the GIL held already.
+            Python::with_gil(|py| self.queues.serve_waiting(&engine, py, self.handle));
+        }
+    }
 }
 
 enum Arrival {
@@ -111,32 +162,74 @@ impl AmQueues {
     }
 
     fn route_to(self: &Arc<Self>, engine: &Engine, py: Python<'_>, handle: usize, outcome: Outcome, arrival: Arrival) {
+        {
+            let mut state = lock(&self.0);
+            // Behind a message in transit, or others queued: keep the order.
+            if state.in_transit(handle) || state.queued.get(&handle).is_some_and(|q| !q.is_empty()) {
+                let queue = state.queued.entry(handle).or_default();
+                match arrival {
+                    Arrival::Newest => queue.push_back(outcome),
+                    Arrival::Oldest => queue.push_front(outcome),
+                }
+                return;
+            }
+        }
+        if let Some(outcome) = self.hand_to_waiting(engine, py, handle, outcome) {
+            lock(&self.0).queued.entry(handle).or_default().push_front(outcome);
+        }
+    }
+
+    /// Gives `outcome` to the oldest receive of `handle` still awaited; gives it back if there
+    /// is none.
+    fn hand_to_waiting(
+        self: &Arc<Self>,
+        engine: &Engine,
+        py: Python<'_>,
+        handle: usize,
+        outcome: Outcome,
+    ) -> Option<Outcome> {
         loop {
             let waiter = lock(&self.0).waiting.get_mut(&handle).and_then(|w| w.pop_front());
             match waiter {
                 Some(t) if t.is_abandoned(py) => continue,
                 Some(t) => {
                     // A waiter on another loop may be cancelled before its loop takes the
-                    // message.
+                    // message: until then it is in transit, and put back if so.
                     let undelivered = || {
+                        let transit = Transit::new(self, engine, handle);
                         let (queues, engine) = (self.clone(), engine.weak());
                         Some(Box::new(move |py: Python<'_>, obj| {
                             if let Some(engine) = engine.upgrade() {
                                 queues.requeue(&engine, py, handle, obj);
                             }
+                            drop(transit);
                         }) as Undelivered)
                     };
-                    return t.resolve_or(py, outcome, undelivered);
+                    t.resolve_or(py, outcome, undelivered);
+                    return None;
                 }
-                None => {
-                    let mut state = lock(&self.0);
-                    let queue = state.queued.entry(handle).or_default();
-                    match arrival {
-                        Arrival::Newest => queue.push_back(outcome),
-                        Arrival::Oldest => queue.push_front(outcome),
-                    }
+                None => return Some(outcome),
+            }
+        }
+    }
+
+    /// Serves receives of `handle` that waited while a message was in transit, from the head
+    /// of its queue.
+    fn serve_waiting(self: &Arc<Self>, engine: &Engine, py: Python<'_>, handle: usize) {
+        loop {
+            let head = {
+                let mut state = lock(&self.0);
+                if state.in_transit(handle) || state.waiting.get(&handle).is_none_or(|w| w.is_empty()) {
                     return;
                 }
+                match state.queued.get_mut(&handle).and_then(|q| q.pop_front()) {
+                    Some(head) => head,
+                    None => return,
+                }
+            };
+            if let Some(head) = self.hand_to_waiting(engine, py, handle, head) {
+                lock(&self.0).queued.entry(handle).or_default().push_front(head);
+                return;
             }
         }
     }
@@ -150,7 +243,15 @@ impl AmQueues {
         handle: usize,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let queued = lock(&self.0).queued.get_mut(&handle).and_then(|q| q.pop_front());
+        let queued = {
+            let mut state = lock(&self.0);
+            // Behind a message in transit, a receive waits for its turn (`serve_waiting`).
+            if state.in_transit(handle) {
+                None
+            } else {
+                state.queued.get_mut(&handle).and_then(|q| q.pop_front())
+            }
+        };
         if let Some(outcome) = queued {
             return match on_done {
                 Some(cb) => {
@@ -185,6 +286,8 @@ impl AmQueues {
 
     /// Forgets messages queued for a closed endpoint (a new endpoint may reuse the handle).
     pub(crate) fn forget(&self, handle: usize) {
-        lock(&self.0).queued.remove(&handle);
+        let mut state = lock(&self.0);
+        state.queued.remove(&handle);
+        state.in_transit.remove(&handle);
     }
 }
