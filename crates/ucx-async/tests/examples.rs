@@ -149,6 +149,12 @@ fn echo_cuda_answers_help() {
     assert_answers_help("echo_cuda");
 }
 
+#[cfg(feature = "cuda")]
+#[test]
+fn bench_cuda_answers_help() {
+    assert_answers_help("bench_cuda");
+}
+
 /// Runs example `name` with `args` to its end (it starts its own server or ranks) and returns
 /// its stdout; fails if it runs longer than 60 s (a hang) or exits unsuccessfully.
 fn run_example(name: &str, args: &[&str]) -> String {
