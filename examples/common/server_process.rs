@@ -1,11 +1,19 @@
 //! Shared by the two-process examples: run this same executable again as the server, learn
-//! the port(s) it listens on, run the client, and reap the server.
+//! the port(s) it listens on, run the client, and reap the server. Neither side outlives a
+//! failure of the other, even on endpoints without peer-failure handling (which would wait
+//! for ever on a dead peer, as `ucx_perftest`'s do): the server dies with the client process
+//! (`PR_SET_PDEATHSIG`), and a server that fails or is killed ends the client at once.
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Starts `current_exe() server_args...`, waits for its `PORT n` line, runs `client(n)`, then
 /// waits for the server to exit (killing it if the client failed). Exits the process with a
-/// message if the server cannot be started or reports no port. `name` prefixes messages.
+/// message if the server cannot be started, reports no port, or fails while the client runs.
+/// `name` prefixes messages.
 #[allow(dead_code)] // not every example that includes this module uses both entry points
 pub fn run_with_server<E>(
     name: &str,
@@ -22,7 +30,17 @@ pub fn run_with_server_ports<E>(
     client: impl FnOnce(&[u16]) -> Result<(), E>,
 ) -> Result<(), E> {
     let exe = std::env::current_exe().expect("own path");
-    let mut child = match Command::new(exe).args(server_args).stdout(Stdio::piped()).spawn() {
+    let mut cmd = Command::new(exe);
+    cmd.args(server_args).stdout(Stdio::piped());
+    // SAFETY: prctl is async-signal-safe and touches no memory of this process; the closure
+    // runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{name}: cannot start the server process: {e}");
@@ -43,7 +61,13 @@ pub fn run_with_server_ports<E>(
         eprintln!("{name}: the server process did not report a port");
         std::process::exit(1);
     };
+    let child = Arc::new(Mutex::new(child));
+    let client_done = Arc::new(AtomicBool::new(false));
+    let watchdog = watch_server(name, child.clone(), client_done.clone());
     let r = client(&port);
+    client_done.store(true, Ordering::Release);
+    let _ = watchdog.join();
+    let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
     if r.is_err() {
         let _ = child.kill();
     }
@@ -54,4 +78,23 @@ pub fn run_with_server_ports<E>(
         }
         _ => r,
     }
+}
+
+/// Ends this process if the server exits unsuccessfully while the client still runs: without
+/// peer-failure handling the client would wait for the dead server's reply for ever.
+fn watch_server(name: &str, child: Arc<Mutex<Child>>, client_done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        while !client_done.load(Ordering::Acquire) {
+            let status = child.lock().unwrap_or_else(|p| p.into_inner()).try_wait();
+            match status {
+                Ok(Some(status)) if !status.success() => {
+                    eprintln!("{name}: the server process failed ({status}) while the client ran");
+                    std::process::exit(1);
+                }
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    })
 }

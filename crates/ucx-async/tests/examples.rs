@@ -339,3 +339,52 @@ fn alltoall_launcher_ends_a_job_without_error_handling_when_a_rank_or_itself_die
         }
     }
 }
+
+/// `bench` with its own server and endpoints without peer-failure handling, connected as
+/// `ucx_perftest` connects (worker addresses): neither side can see the other die through UCX,
+/// so the processes themselves must. Killing the server ends the client with a failure;
+/// killing the client takes the server with it. (Run as two separate processes, the client
+/// still waits 8 s after its server's SIGKILL.)
+#[test]
+fn bench_without_error_handling_never_outlives_its_other_process() {
+    use std::io::{BufRead, BufReader};
+    let path = example("bench").expect("example bench is missing: run `cargo test -p ucx-async`");
+    for kill_server in [true, false] {
+        let mut client = Command::new(&path)
+            .args(["-t", "tag_lat", "-s", "8", "-n", "100000000", "--mode", "polling"])
+            .args(["--no-error-handling", "--worker-address"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run bench");
+        let connected = BufReader::new(client.stdout.take().unwrap()).lines().map_while(|l| l.ok()).next();
+        assert_eq!(connected.as_deref(), Some("CONNECTED"), "bench printed {connected:?}");
+        let servers = children_of(client.id());
+        assert_eq!(servers.len(), 1, "{servers:?}");
+        std::thread::sleep(Duration::from_millis(100)); // round trips under way
+        if kill_server {
+            // SAFETY: kill(2) on a pid this test's child started; it is not reaped yet.
+            assert_eq!(unsafe { libc::kill(servers[0] as i32, libc::SIGKILL) }, 0);
+        } else {
+            client.kill().unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = client.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the client still runs 10 s after its server was killed");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!status.success());
+        while alive(servers[0]) {
+            assert!(Instant::now() < deadline, "the server outlives its client (kill_server: {kill_server})");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if kill_server {
+            let mut err = String::new();
+            std::io::Read::read_to_string(client.stderr.as_mut().unwrap(), &mut err).unwrap();
+            assert!(err.contains("the server process failed"), "{err}");
+        }
+    }
+}
