@@ -19,8 +19,10 @@ async fn idle_event_mode_uses_no_measurable_cpu() {
     let used = cpu_time() - before;
     let share = used.as_secs_f64() / t0.elapsed().as_secs_f64();
     eprintln!("idle event mode: {:.3}% of a core over {:?}", share * 100.0, t0.elapsed());
-    // Busy polling would show ~100%; UCX's keepalive timer costs a few wake-ups a second.
-    assert!(share < 0.02, "idle process used {:.1}% of a core", share * 100.0);
+    // Busy polling would show ~100%. Idle costs about 1% in a debug build (UCX's async thread
+    // wakes about ten times a second); on a 2-core machine busy with a build beside it, 2.2%
+    // was seen, so the bound leaves room for that.
+    assert!(share < 0.05, "idle process used {:.1}% of a core", share * 100.0);
 }
 
 fn cpu_time() -> Duration {
