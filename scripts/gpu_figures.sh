@@ -6,6 +6,8 @@
 #                     Rust core or the Python layer pays where ucp trails ucx_perftest;
 #   polling/          the harness benchmark with ucp polling (UCXPY_NON_BLOCKING_MODE) instead
 #                     of sleeping on the wakeup fd;
+#   spin/             the same with ucp's blocking mode spinning up to 1 ms (UCXPY_SPIN_US=1000,
+#                     default 100 µs, shorter than a GPU round trip) before it sleeps;
 #   stream_sync.txt   scripts/bench_cuda_stream_sync.py (what a CAI v3 stream's wait costs);
 #   cache-y/          the harness benchmark with UCX_MEMTYPE_CACHE=y on both sides (UCX's own
 #                     default: its perftest rows are "perftest as it comes").
@@ -56,12 +58,14 @@ rust_cuda() {
 step rust-cuda 40 rust_cuda >"$OUT/rust_cuda.txt" 2>&1
 step polling 130 env OUT="$OUT/polling" UCXPY_NON_BLOCKING_MODE=1 GPU_TIME_LIMIT_S=140 GPU_BUDGET_S=110 \
     bash .gpu/run.sh bench >"$OUT/polling.txt" 2>&1
+step spin 130 env OUT="$OUT/spin" UCXPY_SPIN_US=1000 GPU_TIME_LIMIT_S=140 GPU_BUDGET_S=110 \
+    bash .gpu/run.sh bench >"$OUT/spin.txt" 2>&1
 # run.sh's set-up left ucp and UCX installed under $W; the stream benchmark uses that copy.
 step stream-sync 30 env PYTHONPATH="$W/site" LD_LIBRARY_PATH="$W/site/libucx/lib" UCX_NET_DEVICES=lo \
     python3 scripts/bench_cuda_stream_sync.py --rounds 1000 >"$OUT/stream_sync.txt" 2>&1
 step cache-y 130 env OUT="$OUT/cache-y" UCX_MEMTYPE_CACHE=y GPU_TIME_LIMIT_S=140 GPU_BUDGET_S=110 \
     bash .gpu/run.sh bench >"$OUT/cache-y.txt" 2>&1
 cat "$OUT/steps.txt"
-for f in summary.txt rust_cuda.txt polling/summary.txt stream_sync.txt cache-y/summary.txt; do
+for f in summary.txt rust_cuda.txt polling/summary.txt spin/summary.txt stream_sync.txt cache-y/summary.txt; do
     [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }
 done
