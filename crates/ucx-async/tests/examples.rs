@@ -287,6 +287,17 @@ fn children_of(pid: u32) -> Vec<u32> {
     list.split_whitespace().filter_map(|p| p.parse().ok()).collect()
 }
 
+/// `child`'s exit status, once it has exited; fails with `why` if it still runs at `deadline`.
+fn exit_by(child: &mut std::process::Child, deadline: Instant, why: &str) -> std::process::ExitStatus {
+    loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn alive(pid: u32) -> bool {
     // A zombie has exited; only its parent's wait is missing.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
@@ -320,13 +331,7 @@ fn alltoall_launcher_ends_a_job_without_error_handling_when_a_rank_or_itself_die
             assert_eq!(unsafe { libc::kill(ranks[2] as i32, libc::SIGKILL) }, 0);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            if let Some(status) = launcher.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the launcher still runs 10 s after a rank was killed");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = exit_by(&mut launcher, deadline, "the launcher still runs 10 s after a rank was killed");
         assert!(!status.success());
         while ranks.iter().any(|&p| alive(p)) {
             assert!(Instant::now() < deadline, "ranks {ranks:?} outlive the job (kill_launcher: {kill_launcher})");
@@ -369,13 +374,7 @@ fn bench_without_error_handling_never_outlives_its_other_process() {
             client.kill().unwrap();
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            if let Some(status) = client.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the client still runs 10 s after its server was killed");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = exit_by(&mut client, deadline, "the client still runs 10 s after its server was killed");
         assert!(!status.success());
         while alive(servers[0]) {
             assert!(Instant::now() < deadline, "the server outlives its client (kill_server: {kill_server})");
