@@ -88,7 +88,9 @@ def test_the_launcher_takes_its_ranks_with_it(tmp_path):
     """Killing ``python -m ucp.launch`` ends its ranks (prctl PR_SET_PDEATHSIG): without error
     handling nothing else would stop a rank whose peer died."""
     script = tmp_path / "sleep.py"
-    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    # One write per line: print() writes the newline separately when unbuffered
+    # (PYTHONUNBUFFERED), and the two ranks' writes to the shared pipe then interleave.
+    script.write_text("import os, time\nos.write(1, f'{os.getpid()}\\n'.encode())\ntime.sleep(60)\n")
     launcher = subprocess.Popen([sys.executable, "-m", "ucp.launch", "-n", "2", str(script)], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(launcher.stdout.readline()) for _ in range(2)]
