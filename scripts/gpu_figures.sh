@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Issue 12's GPU figures in one device call: the harness (../shared/gpu/run.sh), then
+#   rust_tests.txt       the Rust tests that move device memory (ucx-core's cuda, ucx-async's
+#                        multirail with device buffers), which the trimmed harness leaves out;
 #   like_for_like.txt    scripts/bench_ucp_vs_perftest.sh with CuPy against `ucx_perftest -m
 #                        cuda`: the same UCX_* and the same error handling on both sides (the
 #                        harness's own benchmark gives ucp error handling and perftest none),
@@ -50,6 +52,9 @@ step harness 60 env GPU_TIME_LIMIT_S=$((budget + 40)) GPU_BUDGET_S="$budget" \
 # later steps use that copy, as its own checks do.
 export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$W/site/libucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PY=python3 UCX_NET_DEVICES=lo
+step rust-tests 30 bash -c 'for t in ucx-core.test.cuda ucx-async.test.multirail; do
+    echo "== $t"; timeout -k 5 120 "'"$W"'/bin/$t" --nocapture --test-threads=1 2>&1 | grep -E "^test |test result|skipped|panicked"
+done' >"$OUT/rust_tests.txt" 2>&1
 step like-for-like 60 env MEM=cuda bash scripts/bench_ucp_vs_perftest.sh >"$OUT/like_for_like.txt" 2>&1
 
 UCP_ENV=$(python3 -c '
@@ -73,6 +78,6 @@ step like-for-like-cache-y 60 env MEM=cuda UCX_MEMTYPE_CACHE=y bash scripts/benc
 step spin 40 env MEM=cuda SIZES="8 1048576" UCXPY_SPIN_US=1000 bash scripts/bench_ucp_vs_perftest.sh \
     >"$OUT/spin.txt" 2>&1
 cat "$OUT/steps.txt"
-for f in summary.txt like_for_like.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
+for f in summary.txt rust_tests.txt like_for_like.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
     [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }
 done

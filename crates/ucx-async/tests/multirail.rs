@@ -3,7 +3,8 @@
 //! processes would be: one side blocked must not stall the other): every size from 0 B to
 //! 16 MiB (256 MiB with `UCX_MULTIRAIL_LONG=1`) at every rail count, ratio and stage count
 //! of the sweep arrives intact; bad splits and mismatched rails are refused; a failed rail
-//! fails the message on both sides without a hang; a dropped receive aborts the group.
+//! fails the message on both sides without a hang; a dropped receive aborts the group. With
+//! feature `cuda`, device buffers split over rails (skipped without a CUDA device).
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -333,4 +334,56 @@ async fn a_rail_listener_assembles_groups_from_clients_connecting_at_once() {
     let _ = done_tx.send(());
     tokio::task::spawn_blocking(move || server.join()).await.unwrap().expect("no panic on the server");
     drop(groups);
+}
+
+/// Device buffers split over two rails in two stages (feature `cuda`): device to device,
+/// device to host and host to device, every byte checked. Both groups live on this thread,
+/// where the CUDA context is current (UCX calls the driver on the thread that progresses).
+/// Without a CUDA device it prints "skipped: no CUDA device" and passes.
+#[cfg(feature = "cuda")]
+#[tokio::test(flavor = "current_thread")]
+async fn device_buffers_split_over_rails_arrive_intact() {
+    use cust::memory::{CopyDestination, DeviceBuffer};
+    let _cuda = match cust::quick_init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e:?})");
+            return;
+        }
+    };
+    let to_host = |b: &DeviceBuffer<u8>| {
+        let mut host = vec![0u8; b.len()];
+        b.copy_to(&mut host[..]).expect("device -> host copy");
+        host
+    };
+    let (accepting, connecting) = (workers(2), workers(2));
+    let listeners: Vec<Listener> =
+        accepting.iter().map(|w| Listener::bind(w, "127.0.0.1:0".parse().unwrap()).unwrap()).collect();
+    let dial: Vec<(&Worker, SocketAddr)> = connecting.iter().zip(listeners.iter().map(Listener::local_addr)).collect();
+    let (rx, tx) = tokio::join!(RailGroup::accept(&listeners), RailGroup::connect(&dial));
+    let (rx, tx) = (rx.unwrap(), tx.unwrap());
+    let split = Split::ratio(2, 0.5).unwrap().stages(2).unwrap();
+    for n in [1, 65_536, (4 << 20) + 3] {
+        let data = pattern(n, n as u64);
+        let src = DeviceBuffer::from_slice(&data).unwrap();
+        let mut dst = DeviceBuffer::from_slice(&vec![0xAAu8; n]).unwrap();
+        let (sent, got) = tokio::time::timeout(LIMIT, async { tokio::join!(tx.send(&src, &split), rx.recv(&mut dst)) })
+            .await
+            .expect("device to device: no hang");
+        sent.unwrap();
+        assert_eq!(got.unwrap(), n);
+        assert!(to_host(&dst) == data, "{n} bytes device to device");
+
+        let mut host = vec![0xAAu8; n];
+        let (sent, got) = tokio::join!(tx.send(&src, &split), rx.recv(&mut host));
+        sent.unwrap();
+        assert_eq!(got.unwrap(), n);
+        assert!(host == data, "{n} bytes device to host");
+
+        let mut dst = DeviceBuffer::from_slice(&vec![0xAAu8; n]).unwrap();
+        let (sent, got) = tokio::join!(tx.send(&data, &split), rx.recv(&mut dst));
+        sent.unwrap();
+        assert_eq!(got.unwrap(), n);
+        assert!(to_host(&dst) == data, "{n} bytes host to device");
+    }
 }

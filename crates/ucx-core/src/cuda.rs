@@ -12,7 +12,8 @@
 //! - UCX calls the CUDA driver on the thread that submits and progresses the operation, so the
 //!   buffer's CUDA context must be current there (`cust::quick_init` makes it current on the
 //!   calling thread; other threads need `cust::context::CurrentContext::set_current`).
-//! - The whole buffer is the message: to send part of one, copy it into a buffer of its own.
+//! - A byte range of a buffer is a buffer too: [`crate::SendChunks`] lends [`DeviceBytes`] and
+//!   [`crate::RecvChunks`] [`DeviceBytesMut`], each borrowing the whole `DeviceBuffer`.
 //!
 //! # Why not `DeviceSlice`
 //! In cust 0.3, [`cust::memory::DeviceSlice<T>`] is not a borrowed view but a `Copy` struct
@@ -21,9 +22,12 @@
 //! alias a `&mut` to it. Implementing the buffer traits for it would let safe code hand UCX
 //! freed device memory, so this module does not. Borrowing a `DeviceBuffer` ties the memory to
 //! the operation, as [`SendBuffer`]'s contract requires.
+use std::marker::PhantomData;
+
 use cust::memory::{DeviceBuffer, DeviceCopy};
 
 use crate::buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
+use crate::chunks::{range_end, RecvChunks, SendChunks};
 
 // SAFETY: a DeviceBuffer owns a device allocation of `len()` elements of T (cust allocates it
 // with cuMemAlloc, checking `len * size_of::<T>()` for overflow, and frees it only on drop), so
@@ -50,5 +54,90 @@ unsafe impl<T: DeviceCopy + Pod> SendBuffer for DeviceBuffer<T> {
 unsafe impl<T: DeviceCopy + Pod> RecvBuffer for DeviceBuffer<T> {
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self.as_device_ptr().as_mut_ptr().cast()
+    }
+}
+
+/// A byte range of a [`DeviceBuffer`], borrowed from it: what [`SendChunks::chunk`] lends. The
+/// address is kept as an integer (a device address is no host pointer), so the chunk is `Send`
+/// as the buffer's borrow is.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceBytes<'a> {
+    addr: usize,
+    len: usize,
+    _buffer: PhantomData<&'a ()>,
+}
+
+/// A writable byte range of a [`DeviceBuffer`], borrowed exclusively with the other ranges cut
+/// from the same call: what [`RecvChunks::cut_mut`] lends.
+#[derive(Debug)]
+pub struct DeviceBytesMut<'a> {
+    addr: usize,
+    len: usize,
+    _buffer: PhantomData<&'a mut ()>,
+}
+
+fn device_addr<T: DeviceCopy>(buf: &DeviceBuffer<T>) -> usize {
+    buf.as_device_ptr().as_raw() as usize
+}
+
+impl<T: DeviceCopy + Pod> SendChunks for DeviceBuffer<T> {
+    type Chunk<'a> = DeviceBytes<'a>;
+
+    fn chunk(&self, at: usize, len: usize) -> DeviceBytes<'_> {
+        range_end(at, len, self.byte_len());
+        DeviceBytes { addr: device_addr(self) + at, len, _buffer: PhantomData }
+    }
+}
+
+impl<T: DeviceCopy + Pod> RecvChunks for DeviceBuffer<T> {
+    type ChunkMut<'a> = DeviceBytesMut<'a>;
+
+    fn cut_mut(&mut self, lens: &[usize]) -> Vec<DeviceBytesMut<'_>> {
+        let (base, size) = (device_addr(self), self.byte_len());
+        let mut at = 0;
+        lens.iter()
+            .map(|&len| {
+                let end = range_end(at, len, size);
+                let chunk = DeviceBytesMut { addr: base + at, len, _buffer: PhantomData };
+                at = end;
+                chunk
+            })
+            .collect()
+    }
+}
+
+// SAFETY: `addr..addr + len` lies inside a DeviceBuffer's allocation (checked by `chunk`),
+// which the chunk's lifetime keeps borrowed, so allocated and not written through the buffer.
+unsafe impl SendBuffer for DeviceBytes<'_> {
+    fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+    fn memory_type(&self) -> MemoryType {
+        MemoryType::Cuda
+    }
+}
+
+// SAFETY: as for DeviceBytes; the ranges of one `cut_mut` call are disjoint and the buffer
+// is borrowed exclusively for their lifetime.
+unsafe impl SendBuffer for DeviceBytesMut<'_> {
+    fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+    fn memory_type(&self) -> MemoryType {
+        MemoryType::Cuda
+    }
+}
+
+// SAFETY: writable device memory of a Pod element type (any byte pattern is valid), disjoint
+// from every other chunk of the same call.
+unsafe impl RecvBuffer for DeviceBytesMut<'_> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.addr as *mut u8
     }
 }

@@ -23,7 +23,8 @@
 //! - [`StuckConnections`] (`stuck_connections`): lets go of connections to a listener's port
 //!   that make UCX 1.22's connection manager spin (garbage, then close).
 //! - [`SendBuffer`] / [`RecvBuffer`] and [`MemoryType`] (`buffer`): what operations read and
-//!   write; with feature `cuda`, `cust` device buffers too.
+//!   write; with feature `cuda`, `cust` device buffers too. [`SendChunks`] / [`RecvChunks`]
+//!   (`chunks`): byte ranges of a buffer as buffers, for messages split into chunks.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
 //!   pure encode/decode functions.
 //! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
@@ -45,10 +46,13 @@
 mod address;
 mod am;
 mod buffer;
+mod chunks;
 mod config;
 mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+pub use cuda::{DeviceBytes, DeviceBytesMut};
 mod endpoint;
 mod error;
 pub mod huge_pages;
@@ -75,6 +79,7 @@ mod worker;
 pub use address::WorkerAddress;
 pub use am::{AmMessage, AmProto, AmSendOptions};
 pub use buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
+pub use chunks::{RecvChunks, SendChunks};
 pub use config::Config;
 pub use context::{Context, ContextBuilder, Features};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};

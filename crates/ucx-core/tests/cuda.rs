@@ -49,6 +49,19 @@ fn device_buffer_reports_cuda_bytes_without_a_device() {
 }
 
 #[test]
+fn device_chunks_are_byte_ranges_of_the_buffer_without_a_device() {
+    use ucx_core::{RecvChunks, SendChunks};
+    // SAFETY: as above: only addresses, lengths and memory types are read.
+    let mut b = unsafe { DeviceBuffer::<u32>::from_raw_parts(DevicePointer::null(), 10) };
+    let c = b.chunk(8, 12);
+    assert_eq!((c.as_ptr() as usize, c.byte_len(), c.memory_type()), (8, 12, MemoryType::Cuda));
+    let parts = b.cut_mut(&[3, 0, 37]);
+    let got: Vec<(usize, usize)> = parts.iter().map(|p| (p.as_ptr() as usize, p.byte_len())).collect();
+    assert_eq!(got, [(0, 3), (3, 0), (3, 37)]);
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.chunk(30, 11))).is_err(), "past the end");
+}
+
+#[test]
 fn device_to_device() {
     let Some(_ctx) = cuda() else { return };
     let ctx = context();

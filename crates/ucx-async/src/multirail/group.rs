@@ -10,6 +10,7 @@ use crate::try_join_posted;
 use futures_util::future::try_join_all;
 use futures_util::TryFutureExt;
 use ucx_core::wire::multirail::{part_tag, Header, Hello, HELLO_LEN};
+use ucx_core::{MemoryType, RecvBuffer, RecvChunks, SendBuffer, SendChunks};
 
 use super::Split;
 use crate::handshake::random_tag;
@@ -34,6 +35,9 @@ pub struct ChunkTime {
 /// Several endpoints to one peer used as one: [`RailGroup::send`] splits a message over the
 /// rails (by a [`Split`]: shares and pipeline stages), [`RailGroup::recv`] receives each
 /// chunk straight into its place in the caller's buffer.
+///
+/// Buffers are host bytes (`[u8]`, `Vec<u8>`) or, with feature `cuda`, `cust` device buffers:
+/// any [`SendChunks`] / [`RecvChunks`]. The two sides' memory types may differ.
 ///
 /// Messages are matched in order: the n-th `recv` gets the peer's n-th `send`. A failure on
 /// any rail, or a send or receive dropped before it finished, aborts every rail: a message
@@ -125,34 +129,36 @@ impl RailGroup {
 
     /// Sends `buf` split by `split` (which must have as many rails as the group): a header
     /// on rail 0 announcing the chunks, and every chunk at once, each on its rail.
-    pub async fn send(&self, buf: &[u8], split: &Split) -> Result<()> {
+    pub async fn send<B: SendChunks + ?Sized>(&self, buf: &B, split: &Split) -> Result<()> {
         self.send_timed(buf, split, None).await.map(drop)
     }
 
     /// [`RailGroup::send`], returning when each chunk's send finished (the seed's PROFILE
     /// mode): a rail whose chunks finish last is the one to give a smaller share. Two clock
     /// reads per chunk more than `send`.
-    pub async fn send_profiled(&self, buf: &[u8], split: &Split) -> Result<Vec<ChunkTime>> {
+    pub async fn send_profiled<B: SendChunks + ?Sized>(&self, buf: &B, split: &Split) -> Result<Vec<ChunkTime>> {
         self.send_timed(buf, split, Some(Instant::now())).await
     }
 
-    async fn send_timed(&self, buf: &[u8], split: &Split, start: Option<Instant>) -> Result<Vec<ChunkTime>> {
+    async fn send_timed<B: SendChunks + ?Sized>(
+        &self,
+        buf: &B,
+        split: &Split,
+        start: Option<Instant>,
+    ) -> Result<Vec<ChunkTime>> {
         const OP: &str = "RailGroup::send";
         self.check(OP, split.rails())?;
         let message = self.sent.fetch_add(1, Ordering::Relaxed);
-        let header = Header {
-            total: buf.len() as u64,
-            stages: split.stage_count() as u16,
-            shares: split.shares(buf.len() as u64),
-        };
+        let total = buf.byte_len() as u64;
+        let header = Header { total, stages: split.stage_count() as u16, shares: split.shares(total) };
         let layout = header.layout();
         let header = header.encode();
         let guard = AbortOnDrop(self);
         let mut parts = Vec::with_capacity(1 + layout.len());
-        parts.push(self.send_timed_part(0, &header, message, 0, None));
+        parts.push(self.send_timed_part(0, Part::Header(&header), message, 0, None));
         for c in layout.into_iter().filter(|c| c.len > 0) {
-            let (at, len) = (c.offset as usize, c.len as usize);
-            parts.push(self.send_timed_part(c.rail, &buf[at..at + len], message, c.part, start));
+            let chunk = buf.chunk(c.offset as usize, c.len as usize);
+            parts.push(self.send_timed_part(c.rail, Part::Chunk(chunk), message, c.part, start));
         }
         // Every chunk is in UCX before any send spins (see `try_join_posted`).
         let done = try_join_posted(parts).await.map(|times| times.into_iter().flatten().collect());
@@ -161,22 +167,21 @@ impl RailGroup {
 
     /// Receives the next message into the start of `buf`, each chunk straight into its place.
     /// Returns its length. A message longer than `buf` is refused and the group aborted.
-    pub async fn recv(&self, buf: &mut [u8]) -> Result<usize> {
+    pub async fn recv<B: RecvChunks + ?Sized>(&self, buf: &mut B) -> Result<usize> {
         const OP: &str = "RailGroup::recv";
         self.check(OP, self.rails.len())?;
         let message = self.received.fetch_add(1, Ordering::Relaxed);
         let guard = AbortOnDrop(self);
-        let header = match self.recv_header(message, buf.len()).await {
+        let header = match self.recv_header(message, buf.byte_len()).await {
             Ok(h) => h,
             Err(e) => return guard.settle(Err(e)),
         };
         let layout = header.layout();
         let mut parts = Vec::with_capacity(layout.len());
-        // The chunks lie back to back, so the buffer is cut into them in order.
-        let mut rest = &mut buf[..header.total as usize];
-        for c in layout {
-            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
-            rest = tail;
+        // The chunks lie back to back (their lengths sum to the total, checked to fit), so the
+        // buffer is cut into them in order.
+        let lens: Vec<usize> = layout.iter().map(|c| c.len as usize).collect();
+        for (c, chunk) in layout.iter().zip(buf.cut_mut(&lens)) {
             if c.len > 0 {
                 parts.push(self.recv_part(c.rail, chunk, message, c.part));
             }
@@ -222,30 +227,28 @@ impl RailGroup {
     }
 
     /// [`RailGroup::send_part`], and when it finished if `start` is given.
-    async fn send_timed_part(
+    /// Sends `bytes` as part `part` of message `message` on rail `rail`, and says when it
+    /// finished if `start` is given.
+    async fn send_timed_part<C: SendBuffer>(
         &self,
         rail: usize,
-        bytes: &[u8],
+        bytes: Part<'_, C>,
         message: u64,
         part: u16,
         start: Option<Instant>,
     ) -> Result<Option<ChunkTime>> {
-        self.send_part(rail, bytes, message, part).await?;
-        Ok(start.map(|t| ChunkTime { rail, part, bytes: bytes.len() as u64, finished: t.elapsed() }))
-    }
-
-    async fn send_part(&self, rail: usize, bytes: &[u8], message: u64, part: u16) -> Result<()> {
         let tag = part_tag(self.tags[rail].0, message, part);
-        self.rails[rail].send_tag(bytes, tag).await.map_err(|e| rail_error(rail, e))
+        self.rails[rail].send_tag(&bytes, tag).await.map_err(|e| rail_error(rail, e))?;
+        Ok(start.map(|t| ChunkTime { rail, part, bytes: bytes.byte_len() as u64, finished: t.elapsed() }))
     }
 
-    async fn recv_part(&self, rail: usize, chunk: &mut [u8], message: u64, part: u16) -> Result<()> {
+    async fn recv_part<C: RecvBuffer>(&self, rail: usize, mut chunk: C, message: u64, part: u16) -> Result<()> {
         let tag = part_tag(self.tags[rail].1, message, part);
-        let got = self.rails[rail].recv_tag(chunk, tag, FULL_MASK).await.map_err(|e| rail_error(rail, e))?;
-        if got != chunk.len() {
+        let got = self.rails[rail].recv_tag(&mut chunk, tag, FULL_MASK).await.map_err(|e| rail_error(rail, e))?;
+        if got != chunk.byte_len() {
             return Err(protocol(format!(
                 "rail {rail}: a chunk of {got} bytes where the header announced {}",
-                chunk.len()
+                chunk.byte_len()
             )));
         }
         Ok(())
@@ -270,6 +273,35 @@ impl RailGroup {
             });
         }
         Ok(header)
+    }
+}
+
+/// What one send of a message carries: its header (host bytes) or a chunk of the caller's
+/// buffer, so that both go into one list of sends.
+enum Part<'a, C> {
+    Header(&'a [u8]),
+    Chunk(C),
+}
+
+// SAFETY: delegates to the header's slice or the chunk, each a SendBuffer borrowed for `'a`.
+unsafe impl<C: SendBuffer> SendBuffer for Part<'_, C> {
+    fn as_ptr(&self) -> *const u8 {
+        match self {
+            Part::Header(h) => h.as_ptr(),
+            Part::Chunk(c) => c.as_ptr(),
+        }
+    }
+    fn byte_len(&self) -> usize {
+        match self {
+            Part::Header(h) => h.len(),
+            Part::Chunk(c) => c.byte_len(),
+        }
+    }
+    fn memory_type(&self) -> MemoryType {
+        match self {
+            Part::Header(_) => MemoryType::Host,
+            Part::Chunk(c) => c.memory_type(),
+        }
     }
 }
 
