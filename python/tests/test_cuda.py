@@ -61,6 +61,29 @@ def test_arrays_move_from_a_thread_that_never_touched_cuda(fresh_ucp):
     assert bool((back == out).all()) and bool((small_back == small_out).all())
 
 
+def test_multirail_moves_device_arrays(fresh_ucp):
+    """``ucp.multirail`` with CuPy arrays on two rails in two stages: device to device, device
+    to host and host to device, every byte checked."""
+    from ucp.multirail import RailGroup, RailListener
+
+    async def main():
+        listener = RailListener(2)
+        a, b = await asyncio.gather(
+            RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
+        )
+        for n in [1, 1 << 16, (4 << 20) + 3]:
+            out = (cupy.arange(n) * 7 + 3).astype("u1")
+            for back in (cupy.zeros(n, dtype="u1"), np.zeros(n, dtype="u1")):
+                _, got = await asyncio.gather(a.send(out, ratio=0.5, stages=2), b.recv(back))
+                assert got == n and bool((cupy.asarray(back) == out).all()), f"{n} bytes into {type(back)}"
+            back = cupy.zeros(n, dtype="u1")
+            _, got = await asyncio.gather(a.send(cupy.asnumpy(out), ratio=0.5, stages=2), b.recv(back))
+            assert got == n and bool((back == out).all()), f"{n} bytes from host"
+        listener.close()
+
+    run(main(), timeout=120)
+
+
 def test_send_multi_with_device_frames(fresh_ucp):
     async def main():
         lf, client, server = await pair()

@@ -140,3 +140,51 @@ def test_host_objects_with_interface_none_stay_host(fresh_ucp):
         lf.close()
 
     run(main())
+
+
+def test_byte_view_cuts_a_device_array_into_device_ranges():
+    """``byte_view``: a CUDA array's bytes as ranges that are CUDA arrays themselves (what
+    ``ucp.multirail`` sends and receives chunks as), with the array's stream and readonly
+    flag; host memory stays a memoryview. No UCX is involved."""
+    from ucp._libs.arr import DeviceBytes, byte_view
+
+    view = byte_view(NumbaLike(nbytes=100, stream=7))
+    assert isinstance(view, DeviceBytes) and view.nbytes == 100 and not view.readonly
+    part = view[10:40]
+    iface = part.__cuda_array_interface__
+    assert iface["data"] == (0x7F0000000000 + 10, False) and iface["shape"] == (30,) and iface["stream"] == 7
+    assert Array(part).cuda and Array(part).nbytes == 30
+    assert part[5:5].nbytes == 0 and view[90:200].nbytes == 10
+    assert byte_view(NumbaLike(data=(0x7F0000000000, True))).readonly
+    with pytest.raises(ValueError, match="step 1"):
+        view[::2]
+    with pytest.raises(ValueError, match="C or F contiguous"):
+        byte_view(NumbaLike(shape=(4, 4), typestr="<f4", strides=(4, 32)))
+    host = byte_view(np.arange(6, dtype="u2"))
+    assert isinstance(host, memoryview) and host.nbytes == 12 and host.format == "B"
+
+
+def test_multirail_sends_device_chunks_as_device_memory(host_only):
+    """A CuPy-shaped array given to ``RailGroup.send`` or ``recv`` is cut into device chunks:
+    without CUDA support, the first chunk is refused with the no-CUDA message (and that
+    side aborts its group)."""
+    from ucp.multirail import RailGroup, RailListener
+
+    async def pair(listener):
+        return await asyncio.gather(
+            RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
+        )
+
+    async def main():
+        listener = RailListener(2)
+        client, server = await pair(listener)
+        with pytest.raises(ValueError, match=NO_CUDA):
+            await client.send(cupy_like(1 << 16), ratio=0.5, stages=2)
+        client, server = await pair(listener)
+        sent, got = await asyncio.gather(
+            client.send(bytes(1 << 16), ratio=0.5, stages=2), server.recv(cupy_like(1 << 16)), return_exceptions=True
+        )
+        assert isinstance(got, ValueError) and NO_CUDA in str(got), repr(got)
+        listener.close()
+
+    run(main())

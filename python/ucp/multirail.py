@@ -11,6 +11,9 @@ add connections, not NICs. Given ``devices`` (one ``UCX_NET_DEVICES`` value per 
 ``rail_devices(...)``'s choice from the topology), each rail gets a UCX context and worker of
 its own (an ``ApplicationContext``) on those devices, as ucx-async's rails do.
 
+Buffers are host memory (the buffer protocol) or CUDA arrays (``__cuda_array_interface__``),
+cut into chunks by ``ucp._libs.arr.byte_view``; the two sides' memory types may differ.
+
 A failure on any rail, a message too big for the buffer, or a transfer cancelled midway
 aborts every rail: the message's other chunks would otherwise be read as the next message.
 """
@@ -20,6 +23,7 @@ import os
 from functools import partial
 
 from . import _ucx_async as _native
+from ._libs.arr import byte_view
 from ._libs.exceptions import UCXBaseException, UCXError
 from .application import ApplicationContext
 from .core import create_endpoint, create_listener
@@ -128,7 +132,7 @@ class RailGroup:
         """Sends ``buffer`` split by ``ratio`` (the share on the peer rails) or ``weights``
         (one per rail; even if neither), each rail's share in ``stages`` chunks."""
         self._check()
-        view = memoryview(buffer).cast("B")
+        view = byte_view(buffer)
         shares = _native.multirail_shares(_weights(len(self._rails), ratio, weights), view.nbytes)
         header, chunks = _native.multirail_header(view.nbytes, stages, shares)
         message = self._sent
@@ -147,7 +151,7 @@ class RailGroup:
         """Receives the next message into the start of ``buffer`` (writable); returns its
         length. A message longer than ``buffer`` raises ``ValueError`` and aborts the group."""
         self._check()
-        view = memoryview(buffer).cast("B")
+        view = byte_view(buffer)
         if view.readonly:
             raise ValueError("recv needs a writable buffer")
         message = self._received

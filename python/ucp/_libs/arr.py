@@ -8,7 +8,7 @@ protocol (`memoryview`), CUDA objects through `__cuda_array_interface__`; nothin
 import ctypes
 import operator
 
-__all__ = ["Array", "asarray"]
+__all__ = ["Array", "DeviceBytes", "asarray", "byte_view"]
 
 
 class _PyBuffer(ctypes.Structure):
@@ -251,3 +251,65 @@ def asarray(obj):
     if isinstance(obj, Array):
         return obj
     return Array(obj)
+
+
+class DeviceBytes:
+    """Bytes of a CUDA array as a CUDA array of their own (``|u1``, one dimension), keeping
+    the array alive: what a message split into chunks sends from and receives into. A slice
+    (step 1) is another range of the same array; each range names the array's CAI ``stream``,
+    so the consumer still waits for its producer."""
+
+    __slots__ = ("_base", "_ptr", "_nbytes", "_readonly", "_stream")
+
+    def __init__(self, base, ptr, nbytes, readonly, stream):
+        self._base = base
+        self._ptr = ptr
+        self._nbytes = nbytes
+        self._readonly = readonly
+        self._stream = stream
+
+    @property
+    def __cuda_array_interface__(self):
+        return {
+            "shape": (self._nbytes,),
+            "typestr": "|u1",
+            "data": (self._ptr, self._readonly),
+            "strides": None,
+            "version": 3,
+            "stream": self._stream,
+        }
+
+    @property
+    def nbytes(self):
+        return self._nbytes
+
+    @property
+    def readonly(self):
+        return self._readonly
+
+    def __len__(self):
+        return self._nbytes
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise TypeError(f"DeviceBytes takes byte slices, not {type(key).__name__}")
+        start, stop, step = key.indices(self._nbytes)
+        if step != 1:
+            raise ValueError("DeviceBytes slices must be contiguous (step 1)")
+        n = max(stop - start, 0)
+        return DeviceBytes(self._base, self._ptr + start, n, self._readonly, self._stream)
+
+    def __repr__(self):
+        return f"<DeviceBytes ptr={self._ptr:#x} nbytes={self._nbytes} of {type(self._base).__name__}>"
+
+
+def byte_view(obj):
+    """``obj``'s memory as bytes that can be sliced into chunks: a ``memoryview`` cast to
+    bytes for host memory, a :class:`DeviceBytes` for a CUDA array (which must be C- or
+    F-contiguous: one piece of memory). Both have ``nbytes``, ``readonly`` and byte slices."""
+    arr = Array(obj)
+    if not arr.cuda:
+        return memoryview(obj).cast("B")
+    if not arr.contiguous:
+        raise ValueError("Array must be C or F contiguous")
+    return DeviceBytes(obj, arr.ptr, arr.nbytes, arr.readonly, obj.__cuda_array_interface__.get("stream"))
