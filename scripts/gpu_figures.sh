@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 12's GPU figures in one device call: the harness (../shared/gpu/run.sh), then
 #   rust_tests.txt       the Rust tests that move device memory (ucx-core's cuda, ucx-async's
-#                        multirail with device buffers), which the trimmed harness leaves out;
+#                        multirail and alltoallv with device buffers), which the trimmed
+#                        harness leaves out;
 #   like_for_like.txt    scripts/bench_ucp_vs_perftest.sh with CuPy against `ucx_perftest -m
 #                        cuda`: the same UCX_* and the same error handling on both sides (the
 #                        harness's own benchmark gives ucp error handling and perftest none),
@@ -52,8 +53,9 @@ step harness 60 env GPU_TIME_LIMIT_S=$((budget + 40)) GPU_BUDGET_S="$budget" \
 # later steps use that copy, as its own checks do.
 export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$W/site/libucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PY=python3 UCX_NET_DEVICES=lo
-step rust-tests 30 bash -c 'for t in ucx-core.test.cuda ucx-async.test.multirail; do
-    echo "== $t"; timeout -k 5 120 "'"$W"'/bin/$t" --nocapture --test-threads=1 2>&1 | grep -E "^test |test result|skipped|panicked"
+step rust-tests 30 bash -c 'for t in ucx-core.test.cuda ucx-async.test.multirail "ucx-async.test.collective device"; do
+    set -- $t; echo "== $*"; timeout -k 5 120 "'"$W"'/bin/$1" ${2:-} --nocapture --test-threads=1 2>&1 |
+        grep -E "^test |test result|skipped|panicked"
 done' >"$OUT/rust_tests.txt" 2>&1
 step like-for-like 60 env MEM=cuda bash scripts/bench_ucp_vs_perftest.sh >"$OUT/like_for_like.txt" 2>&1
 

@@ -432,3 +432,40 @@ async fn a_failed_rank_does_not_cost_the_others_each_others_parts() {
         assert_eq!(out[other], vec![(other * 16 + rank) as u8; 1 << 20], "rank {rank} has rank {other}'s part");
     }
 }
+
+/// `alltoallv_device_into` on 3 ranks (feature `cuda`): two rounds of random sizes, zero
+/// included, from device buffers into device buffers, every byte checked on the host, the
+/// second round into the first's buffers. Without a CUDA device it prints "skipped: no CUDA
+/// device" and passes. The ranks are tasks on this thread, where the context is current.
+#[cfg(feature = "cuda")]
+#[tokio::test(flavor = "current_thread")]
+async fn alltoallv_between_device_buffers() {
+    use cust::memory::{CopyDestination, DeviceBuffer};
+    let _cuda = match cust::quick_init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e:?})");
+            return;
+        }
+    };
+    let n = 3;
+    world(n, move |c| async move {
+        let me = c.rank();
+        let mut out = Vec::new();
+        for round in 0..2 {
+            let host: Vec<Vec<u8>> = (0..n).map(|dst| part(me, dst, round)).collect();
+            let parts: Vec<DeviceBuffer<u8>> = host.iter().map(|p| DeviceBuffer::from_slice(p).unwrap()).collect();
+            let refs: Vec<&DeviceBuffer<u8>> = parts.iter().collect();
+            c.alltoallv_device_into(&refs, &mut out).await.unwrap();
+            for (src, got) in out.iter().enumerate() {
+                let mut back = vec![0u8; got.len()];
+                if !back.is_empty() {
+                    got.copy_to(&mut back[..]).unwrap();
+                }
+                assert!(back == part(src, me, round), "rank {me} round {round}: the part from rank {src}");
+            }
+        }
+        c.close().await.unwrap();
+    })
+    .await;
+}

@@ -271,7 +271,7 @@ impl Communicator {
             .ok_or_else(|| invalid(op, format!("rank {rank} is not below the world size {}", self.size())))
     }
 
-    fn next_seq(&self) -> u32 {
+    pub(super) fn next_seq(&self) -> u32 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 

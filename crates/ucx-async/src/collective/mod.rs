@@ -10,8 +10,11 @@
 //! - `path`: how an `alltoallv` part travels ([`DataPath`]: one message, or batches through a
 //!   pool of bounce buffers, [`Bounce`]).
 //! - `communicator`: [`Communicator`] itself.
+//! - `device` (feature `cuda`): `alltoallv` between `cust` device buffers.
 mod bootstrap;
 mod communicator;
+#[cfg(feature = "cuda")]
+mod device;
 mod launch;
 mod path;
 mod tag;

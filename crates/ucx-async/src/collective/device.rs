@@ -1,0 +1,91 @@
+//! `alltoallv` for CUDA device buffers (feature `cuda`). The parts' sizes go first, through
+//! the host `alltoallv` (eight bytes a peer, inside its announcement); then every part is one
+//! tagged message straight from device buffer to device buffer (UCX moves it with its CUDA
+//! transports: `cuda_ipc` between processes on one node, GPUDirect RDMA over a network), and
+//! this rank's own part is copied on the device. Device parts always take the direct path: no
+//! bounce buffers, and no part inside its announcement, which would go through host memory.
+use std::future::Future;
+use std::pin::Pin;
+
+use cust::memory::{CopyDestination, DeviceBuffer};
+
+use super::tag::{self, invalid};
+use super::Communicator;
+use crate::core::FULL_MASK;
+use crate::posting::join_posted;
+use crate::{Error, Result};
+
+const OP: &str = "Communicator::alltoallv_device";
+
+impl Communicator {
+    /// [`Communicator::alltoallv_into`] for device memory: `parts[r]` goes to rank `r`, and
+    /// `out[r]` becomes a device buffer holding what rank `r` sent this rank (a buffer already
+    /// there is reused when its length is unchanged). The CUDA context must be current on the
+    /// calling thread, as for every UCX operation on device memory. As with host parts, every
+    /// peer's transfer settles before an error is returned.
+    pub async fn alltoallv_device_into(
+        &self,
+        parts: &[&DeviceBuffer<u8>],
+        out: &mut Vec<DeviceBuffer<u8>>,
+    ) -> Result<()> {
+        let size = self.size();
+        if parts.len() != size {
+            return Err(invalid(OP, format!("{} parts for {size} ranks", parts.len())));
+        }
+        let lens: Vec<[u8; 8]> = parts.iter().map(|p| (p.len() as u64).to_le_bytes()).collect();
+        let lens: Vec<&[u8]> = lens.iter().map(|l| &l[..]).collect();
+        let mut sizes = Vec::new();
+        self.alltoallv_into(&lens, &mut sizes).await?;
+        let mut old: Vec<Option<DeviceBuffer<u8>>> = std::mem::take(out).into_iter().map(Some).collect();
+        let mut fresh = Vec::with_capacity(size);
+        for (r, announced) in sizes.iter().enumerate() {
+            let n = <[u8; 8]>::try_from(&announced[..])
+                .ok()
+                .and_then(|b| usize::try_from(u64::from_le_bytes(b)).ok())
+                .ok_or_else(|| protocol(format!("rank {r} sent a part size of {} bytes, not 8", announced.len())))?;
+            let reused = old.get_mut(r).and_then(Option::take).filter(|b| b.len() == n);
+            let buf = match reused {
+                Some(b) => Ok(b),
+                // An empty buffer is no allocation (cust makes it without calling CUDA).
+                None if n == 0 => DeviceBuffer::from_slice(&[]),
+                None => DeviceBuffer::zeroed(n),
+            };
+            fresh.push(
+                buf.map_err(|e| protocol(format!("rank {r}'s part of {n} bytes: no device buffer for it ({e:?})")))?,
+            );
+        }
+        let me = self.rank();
+        if !parts[me].is_empty() {
+            fresh[me]
+                .copy_from(parts[me])
+                .map_err(|e| protocol(format!("copying this rank's own part on the device: {e:?}")))?;
+        }
+        let seq = self.next_seq();
+        let mut ops: Vec<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = Vec::new();
+        for (r, buf) in fresh.iter_mut().enumerate().filter(|(r, _)| *r != me) {
+            let ep = self.endpoint(r)?;
+            if !parts[r].is_empty() {
+                let (part, t) = (parts[r], tag::own(seq, me, 1, OP)?);
+                ops.push(Box::pin(async move { ep.send_tag(part, t).await }));
+            }
+            if !buf.is_empty() {
+                let t = tag::own(seq, r, 1, OP)?;
+                ops.push(Box::pin(async move {
+                    let want = buf.len();
+                    let got = ep.recv_tag(buf, t, FULL_MASK).await?;
+                    if got != want {
+                        return Err(protocol(format!("rank {r} announced {want} bytes and sent {got}")));
+                    }
+                    Ok(())
+                }));
+            }
+        }
+        let failed = join_posted(ops).await.into_iter().find_map(Result::err);
+        *out = fresh;
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+fn protocol(detail: String) -> Error {
+    Error::Protocol { op: OP, detail }
+}
