@@ -1,6 +1,8 @@
 //! The communicator over real UCX on 127.0.0.1, all ranks in this process (one worker each):
 //! bootstrap, messages by rank, barrier, allgather, alltoallv with random sizes, the limits,
 //! and a rank that fails mid-collective.
+mod common;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -441,13 +443,7 @@ async fn a_failed_rank_does_not_cost_the_others_each_others_parts() {
 #[tokio::test(flavor = "current_thread")]
 async fn alltoallv_between_device_buffers() {
     use cust::memory::{CopyDestination, DeviceBuffer};
-    let _cuda = match cust::quick_init() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e:?})");
-            return;
-        }
-    };
+    let Some(_cuda) = common::cuda() else { return };
     let n = 3;
     world(n, move |c| async move {
         let me = c.rank();

@@ -5,6 +5,8 @@
 //! of the sweep arrives intact; bad splits and mismatched rails are refused; a failed rail
 //! fails the message on both sides without a hang; a dropped receive aborts the group. With
 //! feature `cuda`, device buffers split over rails (skipped without a CUDA device).
+mod common;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -344,13 +346,7 @@ async fn a_rail_listener_assembles_groups_from_clients_connecting_at_once() {
 #[tokio::test(flavor = "current_thread")]
 async fn device_buffers_split_over_rails_arrive_intact() {
     use cust::memory::{CopyDestination, DeviceBuffer};
-    let _cuda = match cust::quick_init() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e:?})");
-            return;
-        }
-    };
+    let Some(_cuda) = common::cuda() else { return };
     let to_host = |b: &DeviceBuffer<u8>| {
         let mut host = vec![0u8; b.len()];
         b.copy_to(&mut host[..]).expect("device -> host copy");

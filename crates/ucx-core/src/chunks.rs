@@ -96,31 +96,25 @@ impl<const N: usize> RecvChunks for [u8; N] {
     }
 }
 
-// SAFETY: delegates to `B`, whose memory the shared borrow keeps alive and unchanged.
-unsafe impl<B: SendBuffer + ?Sized> SendBuffer for &B {
-    fn as_ptr(&self) -> *const u8 {
-        (**self).as_ptr()
-    }
-    fn byte_len(&self) -> usize {
-        (**self).byte_len()
-    }
-    fn memory_type(&self) -> MemoryType {
-        (**self).memory_type()
-    }
+/// `SendBuffer` for references, delegating to what they borrow.
+macro_rules! send_buffer_by_reference {
+    ($($r:ty),*) => { $(
+        // SAFETY: delegates to `B`, whose memory the borrow keeps alive (and, shared,
+        // unchanged; exclusive, unaliased) for as long as the reference is used.
+        unsafe impl<B: SendBuffer + ?Sized> SendBuffer for $r {
+            fn as_ptr(&self) -> *const u8 {
+                (**self).as_ptr()
+            }
+            fn byte_len(&self) -> usize {
+                (**self).byte_len()
+            }
+            fn memory_type(&self) -> MemoryType {
+                (**self).memory_type()
+            }
+        }
+    )* };
 }
-
-// SAFETY: delegates to `B`, whose memory the exclusive borrow keeps alive and unaliased.
-unsafe impl<B: SendBuffer + ?Sized> SendBuffer for &mut B {
-    fn as_ptr(&self) -> *const u8 {
-        (**self).as_ptr()
-    }
-    fn byte_len(&self) -> usize {
-        (**self).byte_len()
-    }
-    fn memory_type(&self) -> MemoryType {
-        (**self).memory_type()
-    }
-}
+send_buffer_by_reference!(&B, &mut B);
 
 // SAFETY: as above; writable because `B` is, through the exclusive borrow.
 unsafe impl<B: RecvBuffer + ?Sized> RecvBuffer for &mut B {

@@ -106,33 +106,27 @@ impl<T: DeviceCopy + Pod> RecvChunks for DeviceBuffer<T> {
     }
 }
 
-// SAFETY: `addr..addr + len` lies inside a DeviceBuffer's allocation (checked by `chunk`),
-// which the chunk's lifetime keeps borrowed, so allocated and not written through the buffer.
-unsafe impl SendBuffer for DeviceBytes<'_> {
-    fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-    fn byte_len(&self) -> usize {
-        self.len
-    }
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::Cuda
-    }
+/// `SendBuffer` for the chunk types: device memory at `addr`, `len` bytes.
+macro_rules! device_chunk_send_buffer {
+    ($($t:ident),*) => { $(
+        // SAFETY: `addr..addr + len` lies inside a DeviceBuffer's allocation (checked when the
+        // chunk was cut), which the chunk's lifetime keeps borrowed, so allocated, and not
+        // written through the buffer (nor, for the exclusive kind, through another chunk: the
+        // ranges of one `cut_mut` call are disjoint).
+        unsafe impl SendBuffer for $t<'_> {
+            fn as_ptr(&self) -> *const u8 {
+                self.addr as *const u8
+            }
+            fn byte_len(&self) -> usize {
+                self.len
+            }
+            fn memory_type(&self) -> MemoryType {
+                MemoryType::Cuda
+            }
+        }
+    )* };
 }
-
-// SAFETY: as for DeviceBytes; the ranges of one `cut_mut` call are disjoint and the buffer
-// is borrowed exclusively for their lifetime.
-unsafe impl SendBuffer for DeviceBytesMut<'_> {
-    fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-    fn byte_len(&self) -> usize {
-        self.len
-    }
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::Cuda
-    }
-}
+device_chunk_send_buffer!(DeviceBytes, DeviceBytesMut);
 
 // SAFETY: writable device memory of a Pod element type (any byte pattern is valid), disjoint
 // from every other chunk of the same call.
