@@ -286,8 +286,13 @@ impl AmQueues {
 
     /// Forgets messages queued for a closed endpoint (a new endpoint may reuse the handle).
     pub(crate) fn forget(&self, handle: usize) {
-        let mut state = lock(&self.0);
-        state.queued.remove(&handle);
-        state.in_transit.remove(&handle);
+        let dropped = {
+            let mut state = lock(&self.0);
+            state.in_transit.remove(&handle);
+            state.queued.remove(&handle)
+        };
+        // Dropped outside the lock: freeing Python objects can run other code (a `Transit`
+        // dropped with them takes this lock).
+        drop(dropped);
     }
 }
