@@ -2,6 +2,12 @@
 //! 127.0.0.1, with the variables torchrun sets, and read numeric options.
 use std::process::{Command, ExitCode};
 
+// An example may include both this file and its sibling that also includes it.
+#[allow(clippy::duplicate_mod)]
+#[path = "die_with_parent.rs"]
+mod die_with_parent;
+use die_with_parent::die_with_parent;
+
 /// The value of `--name N`, if given; exits with the usage if it is not a number.
 pub fn number_option(args: &[String], name: &str, usage: &str) -> Option<usize> {
     let i = args.iter().position(|a| a == name)?;
@@ -56,7 +62,6 @@ pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async
 /// cannot tell that a peer died, so nothing else would stop it waiting.
 #[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
-    use std::os::unix::process::CommandExt;
     // A free port for rank 0's listener (released here, bound again by rank 0 at once).
     let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(a) => a.port(),
@@ -78,14 +83,7 @@ pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
             .env("WORLD_SIZE", ranks.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string());
-        // SAFETY: prctl is async-signal-safe and touches no memory of this process; the
-        // closure runs in the child between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(c) => children.push((r, c)),
             Err(e) => {

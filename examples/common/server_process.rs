@@ -4,11 +4,16 @@
 //! for ever on a dead peer, as `ucx_perftest`'s do): the server dies with the client process
 //! (`PR_SET_PDEATHSIG`), and a server that fails or is killed ends the client at once.
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+// An example may include both this file and its sibling that also includes it.
+#[allow(clippy::duplicate_mod)]
+#[path = "die_with_parent.rs"]
+mod die_with_parent;
+use die_with_parent::die_with_parent;
 
 /// Starts `current_exe() server_args...`, waits for its `PORT n` line, runs `client(n)`, then
 /// waits for the server to exit (killing it if the client failed). Exits the process with a
@@ -32,15 +37,7 @@ pub fn run_with_server_ports<E>(
     let exe = std::env::current_exe().expect("own path");
     let mut cmd = Command::new(exe);
     cmd.args(server_args).stdout(Stdio::piped());
-    // SAFETY: prctl is async-signal-safe and touches no memory of this process; the closure
-    // runs in the child between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
+    let mut child = match die_with_parent(&mut cmd).spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{name}: cannot start the server process: {e}");
