@@ -226,7 +226,6 @@ impl RailGroup {
         Ok(())
     }
 
-    /// [`RailGroup::send_part`], and when it finished if `start` is given.
     /// Sends `bytes` as part `part` of message `message` on rail `rail`, and says when it
     /// finished if `start` is given.
     async fn send_timed_part<C: SendBuffer>(
