@@ -26,19 +26,14 @@ cuda) OBJ=cupy ;;
     ;;
 esac
 export UCX_NET_DEVICES=lo UCXPY_IFNAME=lo
+# shellcheck source=scripts/perftest.sh
+source "$ROOT/scripts/perftest.sh"
 # The UCX_* variables `import ucp` sets where unset: perftest gets them too.
-UCP_ENV=$("$PY" -c '
-import os
-before = dict(os.environ)
-import ucp
-print(" ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("UCX_") and before.get(k) != v))
-') || {
+UCP_ENV=$(ucp_env "$PY") || {
     echo "bench_ucp_vs_perftest: $PY cannot import ucp" >&2
     exit 1
 }
 UCX_PREFIX="$("$PY" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
-# shellcheck source=scripts/perftest.sh
-source "$ROOT/scripts/perftest.sh"
 
 iters() { # SIZE -> "timed warm-up" round trips, as the GPU harness runs them
     if (($1 <= 65536)); then echo "5000 200"; elif (($1 <= 4194304)); then echo "1000 100"; else echo "100 10"; fi

@@ -59,12 +59,9 @@ step rust-tests 30 bash -c 'for t in ucx-core.test.cuda ucx-async.test.multirail
 done' >"$OUT/rust_tests.txt" 2>&1
 step like-for-like 60 env MEM=cuda bash scripts/bench_ucp_vs_perftest.sh >"$OUT/like_for_like.txt" 2>&1
 
-UCP_ENV=$(python3 -c '
-import os
-before = dict(os.environ)
-import ucp
-print(" ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("UCX_") and before.get(k) != v))
-' 2>/dev/null)
+# shellcheck source=scripts/perftest.sh
+source scripts/perftest.sh
+UCP_ENV=$(ucp_env python3 2>/dev/null)
 # shellcheck disable=SC2016 # expanded by the inner bash
 RUST_CUDA='
 echo "UCX_* as import ucp sets them: ${UCP_ENV:-(none found: UCX defaults)}"

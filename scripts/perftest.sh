@@ -2,6 +2,8 @@
 # (server and client, from the libucx wheel at $UCX_PREFIX) on 127.0.0.1 over lo and prints
 # the client's "Final:" line. Each call takes the next port after $PORT. The client is retried
 # (for up to 10 s) until the server listens, rather than started after a fixed sleep.
+# `ucp_env PY` prints the UCX_* variables `import ucp` sets (where unset) under Python PY, as
+# NAME=VALUE words, for running perftest with ucp's UCX settings.
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
 
 perftest() {
@@ -19,4 +21,13 @@ perftest() {
     wait "$server" 2>/dev/null || true
     [ -n "$final" ] || { echo "perftest: no result for $test $size" >&2; return 1; }
     echo "$final"
+}
+
+ucp_env() {
+    "$1" -c '
+import os
+before = dict(os.environ)
+import ucp
+print(" ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("UCX_") and before.get(k) != v))
+'
 }
