@@ -62,6 +62,18 @@ def run(coro, timeout=30):
     return asyncio.run(limited())
 
 
+async def rail_pair(rails=2, listener=None):
+    """A ``ucp.multirail`` group connected to a ``RailListener`` of ``rails`` rails (or to
+    ``listener``): returns (listener, client group, server group)."""
+    from ucp.multirail import RailGroup, RailListener
+
+    listener = listener or RailListener(rails)
+    client, server = await asyncio.gather(
+        RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
+    )
+    return listener, client, server
+
+
 async def pair(handler=None, **listener_kw):
     """A listener whose callback stores the server endpoint, and a client connected to it.
     Returns (listener, client endpoint, server endpoint). The listener keeps every endpoint

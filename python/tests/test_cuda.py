@@ -2,11 +2,14 @@
 the Dask comm moving a CuPy array. Needs CuPy and a GPU; skipped (with the reason) otherwise.
 These have run only where a GPU was lent; see the issue notes for when."""
 import asyncio
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import pair, run
+from conftest import pair, rail_pair, run
 
 cupy = pytest.importorskip("cupy")
 try:
@@ -64,13 +67,8 @@ def test_arrays_move_from_a_thread_that_never_touched_cuda(fresh_ucp):
 def test_multirail_moves_device_arrays(fresh_ucp):
     """``ucp.multirail`` with CuPy arrays on two rails in two stages: device to device, device
     to host and host to device, every byte checked."""
-    from ucp.multirail import RailGroup, RailListener
-
     async def main():
-        listener = RailListener(2)
-        a, b = await asyncio.gather(
-            RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
-        )
+        listener, a, b = await rail_pair(2)
         for n in [1, 1 << 16, (4 << 20) + 3]:
             out = (cupy.arange(n) * 7 + 3).astype("u1")
             for back in (cupy.zeros(n, dtype="u1"), np.zeros(n, dtype="u1")):
@@ -168,18 +166,20 @@ asyncio.run(main())
 """
 
 
+def _run_with_memtype_cache(script, cache, timeout):
+    """Runs ``script`` in a Python of its own with ``UCX_MEMTYPE_CACHE=cache`` (UCX reads the
+    setting when it loads, hence a process each)."""
+    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache)
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.parametrize("cache", ["n", "y"])
 def test_memtype_cache_with_reused_pool_addresses(cache):
     """The corruption UCX-Py turned UCX_MEMTYPE_CACHE off for: device memory a pool frees
     and hands out again at the same address, alternating with host buffers, with every byte
     checked. Run with the cache off (ucp's default) and on; the cache is read when UCX loads,
     hence a process each."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache)
-    out = subprocess.run([sys.executable, "-c", _REUSE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    out = _run_with_memtype_cache(_REUSE_SCRIPT, cache, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     reused = int(out.stdout.split("reused")[-1])
     assert reused > 0, "the pool never reused an address: the test did not test reuse"
@@ -221,12 +221,7 @@ def test_memtype_cache_with_memory_allocated_before_ucx_loaded(cache):
     the memory-type cache) sent from and received into, every byte checked. With the cache
     off (ucp's default) this must pass. With it on, a failure is the reason ucp keeps it off,
     so it is reported as an expected failure, with what happened."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache)
-    out = subprocess.run([sys.executable, "-c", _EARLY_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    out = _run_with_memtype_cache(_EARLY_SCRIPT, cache, timeout=120)
     ok = out.returncode == 0 and out.stdout.strip().endswith("ok")
     if cache == "y" and not ok:
         pytest.xfail(f"UCX_MEMTYPE_CACHE=y: exit status {out.returncode}: {out.stderr.strip()[-300:]}")

@@ -11,7 +11,7 @@ import pytest
 
 import ucp
 from ucp._libs.arr import Array
-from conftest import pair, run
+from conftest import pair, rail_pair, run
 
 NO_CUDA = "UCX is not configured with CUDA support"
 
@@ -168,19 +168,11 @@ def test_multirail_sends_device_chunks_as_device_memory(host_only):
     """A CuPy-shaped array given to ``RailGroup.send`` or ``recv`` is cut into device chunks:
     without CUDA support, the first chunk is refused with the no-CUDA message (and that
     side aborts its group)."""
-    from ucp.multirail import RailGroup, RailListener
-
-    async def pair(listener):
-        return await asyncio.gather(
-            RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
-        )
-
     async def main():
-        listener = RailListener(2)
-        client, server = await pair(listener)
+        listener, client, server = await rail_pair(2)
         with pytest.raises(ValueError, match=NO_CUDA):
             await client.send(cupy_like(1 << 16), ratio=0.5, stages=2)
-        client, server = await pair(listener)
+        listener, client, server = await rail_pair(listener=listener)
         sent, got = await asyncio.gather(
             client.send(bytes(1 << 16), ratio=0.5, stages=2), server.recv(cupy_like(1 << 16)), return_exceptions=True
         )

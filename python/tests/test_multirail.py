@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 import ucp
-from conftest import run
+from conftest import rail_pair, run
 from ucp.multirail import RailGroup, RailListener
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,14 +26,6 @@ def _big(n, seed):
     return (block * (n // 4096 + 1))[:n]
 
 
-async def group_pair(rails):
-    listener = RailListener(rails)
-    client, server = await asyncio.gather(
-        RailGroup.connect([("127.0.0.1", p) for p in listener.ports]), asyncio.wait_for(listener.accept(), 10)
-    )
-    return listener, client, server
-
-
 async def transfer(a, b, data, **split):
     got = bytearray(len(data) + 3)
     got[len(data) :] = b"\xee" * 3
@@ -46,7 +38,7 @@ async def transfer(a, b, data, **split):
 def test_every_size_split_and_stage_count_arrives_intact(progress_mode):
     async def main():
         for rails in (1, 2, 3):
-            listener, a, b = await group_pair(rails)
+            listener, a, b = await rail_pair(rails)
             splits = [{}, {"stages": 3}]
             if rails > 1:
                 splits += [{"ratio": 0.0}, {"ratio": 0.75, "stages": 2}, {"ratio": 1.0}]
@@ -64,7 +56,7 @@ def test_every_size_split_and_stage_count_arrives_intact(progress_mode):
 
 def test_messages_arrive_in_order_while_sends_overlap(fresh_ucp):
     async def main():
-        listener, a, b = await group_pair(2)
+        listener, a, b = await rail_pair(2)
         msgs = [pattern(100_000 * (i + 1), i) for i in range(6)]
 
         async def receive_all():
@@ -86,7 +78,7 @@ def test_messages_arrive_in_order_while_sends_overlap(fresh_ucp):
 
 def test_bad_input_is_refused_with_the_reason(fresh_ucp):
     async def main():
-        listener, a, b = await group_pair(2)
+        listener, a, b = await rail_pair(2)
         with pytest.raises(ValueError, match="split ratio 1.5"):
             await a.send(b"x", ratio=1.5)
         with pytest.raises(ValueError, match="3 weights for a group of 2 rails"):
@@ -125,7 +117,7 @@ def test_crossed_rails_are_refused(fresh_ucp):
 
 def test_a_failed_rail_fails_the_message_on_both_sides(progress_mode):
     async def main():
-        listener, a, b = await group_pair(2)
+        listener, a, b = await rail_pair(2)
         data = pattern(64 << 20, 5)
         got = bytearray(len(data))
 
@@ -152,7 +144,7 @@ def test_a_failed_rail_fails_the_message_on_both_sides(progress_mode):
 
 def test_a_receive_cancelled_midway_aborts_the_group(fresh_ucp):
     async def main():
-        listener, a, b = await group_pair(2)
+        listener, a, b = await rail_pair(2)
         data = pattern(32 << 20, 6)
         got = bytearray(len(data))
         send = asyncio.ensure_future(a.send(data, stages=2))
