@@ -34,6 +34,8 @@
 //! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
 //!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
 //!   leak tests).
+//! - `floor` (hidden): the bottom rung of the latency ladder, UCX's calls as `ucx_perftest`
+//!   makes them with none of this crate's objects, for `examples/core_lat.rs --raw`.
 //!
 //! # Ownership
 //! Parents outlive children by construction: endpoints, listeners and requests hold their
@@ -55,6 +57,8 @@ mod cuda;
 pub use cuda::{DeviceBytes, DeviceBytesMut};
 mod endpoint;
 mod error;
+#[doc(hidden)]
+pub mod floor;
 pub mod huge_pages;
 pub mod inflight;
 pub mod library;
