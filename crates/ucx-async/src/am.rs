@@ -140,9 +140,16 @@ impl AmRouter {
         msg
     }
 
+    /// Whether any message is queued, for any endpoint: the spin's cheap check before
+    /// [`AmRouter::try_take`].
+    #[inline]
+    pub(crate) fn any_queued(&self) -> bool {
+        self.queued.load(Ordering::Acquire) != 0
+    }
+
     /// The next message for endpoint `ep`, if one is queued (registers nothing).
     pub(crate) fn try_take(&self, ep: usize) -> Option<AmMessage> {
-        if self.queued.load(Ordering::Acquire) == 0 {
+        if !self.any_queued() {
             return None;
         }
         let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());

@@ -248,7 +248,8 @@ impl Future for AmWait<'_> {
         // register or unregister.
         let mut arrived = None;
         this.signals.spin_until(0, || {
-            if arrived.is_none() {
+            // The inline check first: most rounds find nothing queued.
+            if arrived.is_none() && this.router.any_queued() {
                 arrived = this.router.try_take(this.ep);
             }
             arrived.is_some()
