@@ -104,33 +104,31 @@ unsafe extern "C" fn on_am(
     let cell = unsafe { &*arg.cast::<HandlerCell>() };
     // SAFETY: UCX passes valid params for the duration of the callback.
     let param = unsafe { &*param };
-    let Some(inner) = cell.worker.upgrade() else { return sys::UCS_OK };
-    let worker = Worker::from_inner(inner);
+    // A worker being destroyed delivers nothing (its handlers may be going too). A load, not
+    // an upgrade: only a message that keeps UCX's data holds the worker.
+    if cell.worker.strong_count() == 0 {
+        return sys::UCS_OK;
+    }
     let attr = param.recv_attr;
     let rndv = attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
-    let holdable = attr & sys::UCP_AM_RECV_ATTR_FLAG_DATA as u64 != 0;
-    let header = if header_length == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: UCX guarantees header_length readable bytes during the callback.
-        unsafe { std::slice::from_raw_parts(header.cast::<u8>(), header_length) }.to_vec()
-    };
-    let payload = if rndv {
-        Payload::Rendezvous { desc: data, len: length }
-    } else if length == 0 {
-        Payload::Copied(Vec::new())
-    } else if holdable {
-        Payload::Held { desc: data, len: length }
+    let holdable = attr & sys::UCP_AM_RECV_ATTR_FLAG_DATA as u64 != 0 && length > 0;
+    // SAFETY: UCX guarantees header_length readable bytes during the callback.
+    let header = Header::copy(unsafe { bytes(header, header_length) });
+    let payload = if rndv || holdable {
+        let Some(inner) = cell.worker.upgrade() else { return sys::UCS_OK };
+        let (desc, len, worker) = (data, length, Worker::from_inner(inner));
+        live::created(Kind::AmData);
+        match rndv {
+            true => Payload::Rendezvous { desc, len, worker },
+            false => Payload::Held { desc, len, worker },
+        }
     } else {
         // SAFETY: eager data is readable for `length` bytes during the callback.
-        Payload::Copied(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) }.to_vec())
+        Payload::Copied(unsafe { bytes(data, length) }.to_vec())
     };
-    let keeps = matches!(payload, Payload::Held { .. } | Payload::Rendezvous { .. });
-    if keeps {
-        live::created(Kind::AmData);
-    }
+    let keeps = !matches!(payload, Payload::Copied(_));
     let reply_ep = if attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0 { param.reply_ep as usize } else { 0 };
-    let msg = AmMessage { header, payload, reply_ep, worker };
+    let msg = AmMessage { header, payload, reply_ep };
 
     IN_CALLBACK.with(|c| c.set((data, false)));
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -146,6 +144,18 @@ unsafe extern "C" fn on_am(
         sys::UCS_INPROGRESS
     } else {
         sys::UCS_OK
+    }
+}
+
+/// `len` bytes at `ptr` (none when `len` is 0, whatever `ptr` is).
+///
+/// # Safety
+/// Unless `len` is 0, `ptr` points to `len` readable bytes that outlive the returned slice.
+unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
+    match len {
+        0 => &[],
+        // SAFETY: as the caller promises.
+        _ => unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) },
     }
 }
 
@@ -173,13 +183,41 @@ impl Worker {
     }
 }
 
+/// Headers up to this many bytes (UCX-Py's is 4) are kept in the message, not allocated.
+const HEADER_INLINE: usize = 24;
+
+/// An active message's header, copied out of UCX during its callback.
+enum Header {
+    Inline { len: u8, bytes: [u8; HEADER_INLINE] },
+    Heap(Vec<u8>),
+}
+
+impl Header {
+    fn copy(src: &[u8]) -> Header {
+        if src.len() > HEADER_INLINE {
+            return Header::Heap(src.to_vec());
+        }
+        let mut bytes = [0; HEADER_INLINE];
+        bytes[..src.len()].copy_from_slice(src);
+        // At most HEADER_INLINE (checked above), so it fits.
+        Header::Inline { len: src.len() as u8, bytes }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Header::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Header::Heap(v) => v,
+        }
+    }
+}
+
 enum Payload {
     /// Copied out of UCX (empty, or data UCX could not let us hold).
     Copied(Vec<u8>),
-    /// Eager data UCX keeps for us until `ucp_am_data_release`.
-    Held { desc: *mut c_void, len: usize },
-    /// Rendezvous: only a descriptor; the data is fetched by `ucp_am_recv_data_nbx`.
-    Rendezvous { desc: *mut c_void, len: usize },
+    /// Eager data UCX keeps for us until `ucp_am_data_release` on `worker`.
+    Held { desc: *mut c_void, len: usize, worker: Worker },
+    /// Rendezvous: only a descriptor; the data is fetched by `ucp_am_recv_data_nbx` on `worker`.
+    Rendezvous { desc: *mut c_void, len: usize, worker: Worker },
     /// Received or released.
     Gone,
 }
@@ -187,10 +225,9 @@ enum Payload {
 /// An arrived active message: its header, its data (or the means to fetch it), and the
 /// sender's reply endpoint. Dropping it releases the data to UCX.
 pub struct AmMessage {
-    header: Vec<u8>,
+    header: Header,
     payload: Payload,
     reply_ep: usize,
-    worker: Worker,
 }
 
 // SAFETY: the descriptors are UCX data owned by this message and used through the MULTI-mode
@@ -200,7 +237,7 @@ unsafe impl Send for AmMessage {}
 impl AmMessage {
     /// The header the sender attached.
     pub fn header(&self) -> &[u8] {
-        &self.header
+        self.header.as_slice()
     }
 
     /// The data's length in bytes.
@@ -234,7 +271,7 @@ impl AmMessage {
         match &self.payload {
             Payload::Copied(v) => Some(v),
             // SAFETY: UCX keeps held eager data valid until we release it.
-            Payload::Held { desc, len } => Some(unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), *len) }),
+            Payload::Held { desc, len, .. } => Some(unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), *len) }),
             Payload::Rendezvous { .. } | Payload::Gone => None,
         }
     }
@@ -256,8 +293,7 @@ impl AmMessage {
                 format!("{len} bytes arrived for a {}-byte buffer", buf.byte_len()),
             ));
         }
-        if let Payload::Rendezvous { desc, len } = self.payload {
-            self.payload = Payload::Gone;
+        if let Payload::Rendezvous { desc, len, worker } = self.take_rendezvous() {
             let_go(desc);
             live::destroyed(Kind::AmData);
             let mut length = 0usize;
@@ -267,11 +303,11 @@ impl AmMessage {
             // SAFETY: desc is an unreceived rendezvous descriptor of this worker; buf is
             // writable for at least len bytes and borrowed as long as the request.
             return unsafe {
-                let ret = sys::ucp_am_recv_data_nbx(self.worker.handle(), desc, buf.as_mut_ptr().cast(), len, &params);
+                let ret = sys::ucp_am_recv_data_nbx(worker.handle(), desc, buf.as_mut_ptr().cast(), len, &params);
                 Submitted::from_status_ptr(
                     "ucp_am_recv_data_nbx",
                     ret,
-                    &self.worker,
+                    &worker,
                     Completion { length: len, sender_tag: 0 },
                 )
             };
@@ -282,6 +318,17 @@ impl AmMessage {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), len) };
         }
         Ok(Submitted::Done(Completion { length: len, sender_tag: 0 }))
+    }
+}
+
+impl AmMessage {
+    /// The payload, if it is a rendezvous (which leaves `Gone` behind); `Gone` otherwise, with
+    /// the payload left in place.
+    fn take_rendezvous(&mut self) -> Payload {
+        match self.payload {
+            Payload::Rendezvous { .. } => std::mem::replace(&mut self.payload, Payload::Gone),
+            _ => Payload::Gone,
+        }
     }
 }
 
@@ -301,12 +348,12 @@ fn let_go(desc: *mut c_void) -> bool {
 
 impl Drop for AmMessage {
     fn drop(&mut self) {
-        if let Payload::Held { desc, .. } | Payload::Rendezvous { desc, .. } = self.payload {
+        if let Payload::Held { desc, ref worker, .. } | Payload::Rendezvous { desc, ref worker, .. } = self.payload {
             live::destroyed(Kind::AmData);
             if !let_go(desc) {
                 // SAFETY: UCX kept desc for us (the callback returned UCS_INPROGRESS) and it was
                 // neither received nor released.
-                unsafe { sys::ucp_am_data_release(self.worker.handle(), desc) };
+                unsafe { sys::ucp_am_data_release(worker.handle(), desc) };
             }
         }
     }
@@ -315,7 +362,7 @@ impl Drop for AmMessage {
 impl std::fmt::Debug for AmMessage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmMessage")
-            .field("header_len", &self.header.len())
+            .field("header_len", &self.header().len())
             .field("data_len", &self.data_len())
             .field("rendezvous", &self.is_rendezvous())
             .finish()

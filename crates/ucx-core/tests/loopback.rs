@@ -104,16 +104,16 @@ fn active_messages_eager_and_rendezvous_with_reply_endpoint() {
     let g = got.clone();
     p.server.set_am_handler(3, move |m| g.lock().unwrap().push(m)).unwrap();
 
-    for (n, proto) in
-        [(0usize, AmProto::Auto), (64, AmProto::Eager), (5000, AmProto::Auto), (1 << 20, AmProto::Rendezvous)]
-    {
+    // Headers on both sides of what a message keeps inline (24 bytes) and what it allocates.
+    let sizes = [(0usize, AmProto::Auto), (64, AmProto::Eager), (5000, AmProto::Auto), (1 << 20, AmProto::Rendezvous)];
+    for ((n, proto), header_len) in sizes.into_iter().flat_map(|s| [0usize, 4, 24, 25, 300].map(|h| (s, h))) {
         let data = pattern(n, 9);
-        let header = [1u8, 2, 3, 4];
+        let header = pattern(header_len, 3);
         let opts = AmSendOptions { reply: true, proto };
         let s = p.client_ep.am_send(3, &header, &data[..], opts).unwrap();
         progress_until(&[&p.server, &p.client], "an active message", || !got.lock().unwrap().is_empty());
         let msg = got.lock().unwrap().pop().unwrap();
-        assert_eq!(msg.header(), &header);
+        assert_eq!(msg.header(), &header[..], "{header_len}-byte header");
         assert_eq!(msg.data_len(), n);
         assert_eq!(msg.reply_ep(), Some(p.server_ep.id()), "reply ep is the server's endpoint to the client");
         if proto == AmProto::Rendezvous {
