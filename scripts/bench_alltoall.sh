@@ -13,6 +13,8 @@
 # Open MPI and mpi4py come from PyPI into .venv-mpi on first use. Expects scripts/setup.sh to
 # have run. RANKS="2 4" and MAX_SIZE (bytes) narrow the sweep; MODE=polling makes ours
 # busy-poll as MPI does (default: event, sleeping on the wakeup fd). All ranks share the cores.
+# PYTHON=1 adds our Python Communicator (examples/python/alltoall.py under python -m ucp.launch,
+# without peer error handling) against the same mpi4py run: Python against Python.
 # Writes the plot to docs/alltoall.svg (PLOT= elsewhere).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -58,6 +60,12 @@ for n in $RANKS; do
     table "$n ranks, no peer error handling on either (ours: UCXA_ERROR_HANDLING=none; MPI: defaults)" "$TMP/ours_noeh" "$TMP/mpi"
     table "$n ranks, shared memory on both (ours: UCX_MM_ERROR_HANDLING=y)" "$TMP/ours_shm" "$TMP/mpi"
     table "$n ranks, TCP on both (MPI: --mca btl tcp,self)" "$TMP/ours" "$TMP/mpi_tcp"
+    if [ -n "${PYTHON:-}" ]; then
+        UCXA_ERROR_HANDLING=none "$ROOT/.venv/bin/python" -m ucp.launch -n "$n" "$ROOT/examples/python/alltoall.py" \
+            --max-size "$MAX_SIZE" | fields >"$TMP/python_noeh"
+        table "$n ranks, Python (ours: ucp.collective, UCXA_ERROR_HANDLING=none; MPI: mpi4py, defaults)" \
+            "$TMP/python_noeh" "$TMP/mpi"
+    fi
     # The plot's lines: SIZE GBPS NAME.
     for pair in "ours:ours TCP" "ours_noeh:ours shm+CMA, no EH" "ours_shm:ours shm" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
         awk -v name="${pair#*:}, $n ranks" '{print $1, $3, name}' "$TMP/${pair%%:*}" >>"$TMP/plot"
