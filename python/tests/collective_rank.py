@@ -52,6 +52,33 @@ async def selftest(c):
     await c.recv(prv, b, 2)
     assert b == bytes([prv, 2]), b
     await c.barrier()
+    await cancelled_call(c)
+
+
+async def cancelled_call(c):
+    """An alltoallv cancelled while it waits (rank 0 calls it alone) leaves nothing behind:
+    no task, and no receive still posted. A message each peer then sends on the tag that call
+    was receiving on stays unreceived, rather than vanishing into a dropped buffer."""
+    seq = c._seq
+    if c.rank == 0:
+        before = len(asyncio.all_tasks())
+        try:
+            await asyncio.wait_for(c.alltoallv([b"x"] * c.size), 0.2)
+        except asyncio.TimeoutError:
+            pass
+        else:
+            raise AssertionError("alltoallv finished without its peers")
+        assert len(asyncio.all_tasks()) == before, "the cancelled alltoallv left tasks running"
+    else:
+        c._next_seq()  # the call rank 0 made alone, so that the next calls match
+    await c.barrier()
+    if c.rank != 0:
+        await c._eps[0]._send(b"late", native.collective_own_tag(seq, c.rank, 0))
+    await c.barrier()
+    if c.rank == 0:
+        for src in range(1, c.size):
+            tag = native.collective_own_tag(seq, src, 0)
+            assert c._eps[src]._worker.tag_probe(tag), f"rank {src}'s message went to a receive the cancel left posted"
 
 
 async def inline_edge(c):

@@ -250,39 +250,73 @@ class Communicator:
             if not isinstance(out[r], bytearray):
                 out[r] = bytearray()
 
-        async def send(r):
-            message, inline = announce[r]
-            await self._eps[r]._send(message, tag(seq, me, 0), fast=True)
-            if not inline:
-                await self._send_part(seq, r, parts[r], batches[r])
-
-        async def recv(r):
-            incoming = bytearray(room)
-            n = await self._eps[r]._recv_up_to(incoming, tag(seq, r, 0))
-            try:
-                length, batch, data = _native.alltoallv_announce_decode(bytes(memoryview(incoming)[:n]), self.size)
-            except ValueError as e:
-                raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
-            _resize(out[r], length)
-            if data is None:
-                await self._recv_part(seq, r, out[r], batch)
-            else:
-                _copy_into(out[r], data)
-
+        # Every peer's announcement receive, then every announcement send, is posted before
+        # anything waits (native futures; no task per peer: a task and its loop passes cost more
+        # than a small part's whole exchange). Large parts follow their announcements in tasks.
+        # As in ucx-async, nothing waits for the other peers' announcements first.
         peers = [r for r in range(self.size) if r != me]
-        ops = asyncio.gather(*(send(r) for r in peers), *(recv(r) for r in peers), return_exceptions=True)
-        # This rank's own part never leaves the process. It is copied once every peer's
-        # operations are posted (one pass of the loop runs each up to its first wait), so that
-        # the peers' reads of this rank's parts (CMA, rendezvous) overlap the copy, as in Rust.
-        await asyncio.sleep(0)
-        _resize(out[me], len(parts[me]))
-        _copy_into(out[me], parts[me])
-        # Every peer's operations settle before the call returns, even when one peer's fail:
-        # the healthy peers' parts arrive whole, and nothing is left running behind the call.
-        # The first failure is raised.
-        for r in await ops:
-            if isinstance(r, BaseException):
-                raise r
+        failures = []
+        recvs = []  # (rank, its buffer, its length or future)
+        for r in peers:
+            incoming = bytearray(room)
+            try:
+                recvs.append((r, incoming, self._eps[r]._post_recv_up_to(incoming, tag(seq, r, 0), 0)))
+            except Exception as e:
+                failures.append(e)
+        sends = []  # (endpoint, future) of announcements UCX has not finished yet
+        tasks = []  # large parts' sends and receives
+        waited = 0  # how many of `recvs` were (or are being) waited for
+        try:
+            for r in peers:
+                message, inline = announce[r]
+                ep = self._eps[r]
+                try:
+                    fut = ep._post_send(message, tag(seq, me, 0), 0, fast=True)
+                except Exception as e:
+                    if ep._send_failure(e) is not None:
+                        failures.append(e)
+                    continue
+                if fut is not None:
+                    sends.append((ep, fut))
+                if not inline:
+                    tasks.append(asyncio.ensure_future(self._send_part(seq, r, parts[r], batches[r])))
+            # This rank's own part never leaves the process; copied while the peers read theirs.
+            _resize(out[me], len(parts[me]))
+            _copy_into(out[me], parts[me])
+            for k, (r, incoming, got) in enumerate(recvs):
+                waited = k + 1
+                try:
+                    n = await self._eps[r]._recv_up_to_done(got)
+                    try:
+                        length, batch, data = _native.alltoallv_announce_decode(
+                            bytes(memoryview(incoming)[:n]), self.size
+                        )
+                    except ValueError as e:
+                        raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
+                    _resize(out[r], length)
+                    if data is None:
+                        tasks.append(asyncio.ensure_future(self._recv_part(seq, r, out[r], batch)))
+                    else:
+                        _copy_into(out[r], data)
+                except Exception as e:
+                    failures.append(e)
+            # Every peer's operations settle before the call returns, even when one peer's
+            # fail: the healthy peers' parts arrive whole, and nothing is left running behind
+            # the call. The first failure is raised.
+            settled = await asyncio.gather(*(f for _, f in sends), *tasks, return_exceptions=True)
+        except BaseException:
+            # Cancelled (or worse) while waiting: nothing of this call may outlive it.
+            for f in (*(f for _, f in sends), *tasks):
+                f.cancel()
+            for r, _, got in recvs[waited:]:
+                self._eps[r]._abandon_recv(got)
+            raise
+        for (ep, _), result in zip(sends, settled):
+            if isinstance(result, BaseException) and ep._send_failure(result) is not None:
+                failures.append(result)
+        failures += [t for t in settled[len(sends) :] if isinstance(t, BaseException)]
+        if failures:
+            raise failures[0]
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""

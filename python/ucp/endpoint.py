@@ -162,6 +162,14 @@ class Endpoint:
             if self._cancel_is_an_error(e):
                 raise e
 
+    def _send_failure(self, e):
+        """What a send that ended with ``e`` reports: ``e``, or ``None`` for a cancel that is not
+        the caller's news (as ``_send`` swallows it). For callers that settle posted sends
+        themselves."""
+        if isinstance(e, UCXCanceled) and not self._cancel_is_an_error(e):
+            return None
+        return e
+
     def _cancel_is_an_error(self, e):
         """Whether a send's ``UCXCanceled`` is the caller's news: when this endpoint was
         aborted meanwhile (as in UCX-Py) or its peer failed (UCX-Py returned then as if the
@@ -181,11 +189,30 @@ class Endpoint:
         """``recv`` with ``force_tag`` of a message of at most ``buffer``'s size; returns its
         length. For messages whose size the receiver cannot know (the collectives'
         announcements, which carry small parts)."""
+        return await self._recv_up_to_done(self._post_recv_up_to(buffer, tag, inline_spin_us()))
+
+    def _post_recv_up_to(self, buffer, tag, spin_us):
+        """``_recv_up_to``'s submission: the length if the message was already there, else its
+        future, for ``_recv_up_to_done``. Lets a caller post many receives before it waits."""
         ep = self._ep
         if ep is None:
             raise UCXEndpointClosed("Endpoint closed")
         self._recv_count += 1
-        got = ep.tag_recv_checked(buffer, tag, inline_spin_us(), up_to=True)
+        return ep.tag_recv_checked(buffer, tag, spin_us, up_to=True)
+
+    def _abandon_recv(self, got):
+        """Lets go of a ``_post_recv_up_to`` receive whose caller will not wait for it (it was
+        cancelled): an unfinished one is cancelled; one whose message already arrived lost that
+        message, so the endpoint is closed, as ``_await_recv`` does."""
+        if not isinstance(got, int) and not got.done():
+            got.cancel()
+        elif isinstance(got, int) or (not got.cancelled() and got.exception() is None):
+            ep = self._ep
+            if ep is not None:
+                ep.close_for_lost_message()
+
+    async def _recv_up_to_done(self, got):
+        """The length ``_post_recv_up_to``'s receive got, once it has."""
         if not isinstance(got, int):
             got = await self._await_recv(got)
         self._recv_finished()
