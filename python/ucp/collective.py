@@ -263,8 +263,9 @@ class Communicator:
                 recvs.append((r, incoming, self._eps[r]._post_recv_up_to(incoming, tag(seq, r, 0), 0)))
             except Exception as e:
                 failures.append(e)
-        sends = []  # (endpoint, future) of announcements UCX has not finished yet
-        tasks = []  # large parts' sends and receives
+        sends = []  # (endpoint, future) of sends UCX has not finished yet
+        part_recvs = []  # (endpoint, future) of parts' receives UCX has not finished yet
+        tasks = []  # parts that go through the bounce pool, batch by batch
         waited = 0  # how many of `recvs` were (or are being) waited for
         try:
             for r in peers:
@@ -272,21 +273,29 @@ class Communicator:
                 ep = self._eps[r]
                 try:
                     fut = ep._post_send(message, tag(seq, me, 0), 0, fast=True)
+                    if fut is not None:
+                        sends.append((ep, fut))
+                    if inline:
+                        continue
+                    if batches[r]:
+                        tasks.append(asyncio.ensure_future(self._send_part(seq, r, parts[r], batches[r])))
+                        continue
+                    # A direct part's messages go at once, behind their announcement.
+                    for b, start, stop in _native.alltoallv_messages(len(parts[r]), 0):
+                        fut = ep._post_send(parts[r][start:stop], tag(seq, me, b), 0)
+                        if fut is not None:
+                            sends.append((ep, fut))
                 except Exception as e:
                     if ep._send_failure(e) is not None:
                         failures.append(e)
-                    continue
-                if fut is not None:
-                    sends.append((ep, fut))
-                if not inline:
-                    tasks.append(asyncio.ensure_future(self._send_part(seq, r, parts[r], batches[r])))
             # This rank's own part never leaves the process; copied while the peers read theirs.
             _resize(out[me], len(parts[me]))
             _copy_into(out[me], parts[me])
             for k, (r, incoming, got) in enumerate(recvs):
                 waited = k + 1
+                ep = self._eps[r]
                 try:
-                    n = await self._eps[r]._recv_up_to_done(got)
+                    n = await ep._recv_up_to_done(got)
                     try:
                         length, batch, data = _native.alltoallv_announce_decode(
                             bytes(memoryview(incoming)[:n]), self.size
@@ -294,19 +303,29 @@ class Communicator:
                     except ValueError as e:
                         raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
                     _resize(out[r], length)
-                    if data is None:
+                    if data is not None:
+                        _copy_into(out[r], data)
+                    elif batch:
                         tasks.append(asyncio.ensure_future(self._recv_part(seq, r, out[r], batch)))
                     else:
-                        _copy_into(out[r], data)
+                        view = memoryview(out[r])
+                        for b, start, stop in _native.alltoallv_messages(length, 0):
+                            fut = ep._post_recv(view[start:stop], tag(seq, r, b), 0)
+                            if fut is None:
+                                ep._recv_finished()
+                            else:
+                                part_recvs.append((ep, fut))
                 except Exception as e:
                     failures.append(e)
             # Every peer's operations settle before the call returns, even when one peer's
             # fail: the healthy peers' parts arrive whole, and nothing is left running behind
             # the call. The first failure is raised.
-            settled = await asyncio.gather(*(f for _, f in sends), *tasks, return_exceptions=True)
+            settled = await asyncio.gather(
+                *(f for _, f in sends), *(f for _, f in part_recvs), *tasks, return_exceptions=True
+            )
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
-            for f in (*(f for _, f in sends), *tasks):
+            for f in (*(f for _, f in sends), *(f for _, f in part_recvs), *tasks):
                 f.cancel()
             for r, _, got in recvs[waited:]:
                 self._eps[r]._abandon_recv(got)
@@ -314,7 +333,12 @@ class Communicator:
         for (ep, _), result in zip(sends, settled):
             if isinstance(result, BaseException) and ep._send_failure(result) is not None:
                 failures.append(result)
-        failures += [t for t in settled[len(sends) :] if isinstance(t, BaseException)]
+        for (ep, _), result in zip(part_recvs, settled[len(sends) :]):
+            if isinstance(result, BaseException):
+                failures.append(result)
+            else:
+                ep._recv_finished()
+        failures += [t for t in settled[len(sends) + len(part_recvs) :] if isinstance(t, BaseException)]
         if failures:
             raise failures[0]
 
