@@ -183,16 +183,50 @@ class Communicator:
 
     async def _exchange(self, seq, batch, sends, recvs):
         """Sends ``sends[r]`` to and receives ``recvs[r]`` from every rank ``r`` with an entry
-        (``None``: nothing), all at once."""
-        me = self._rank
-        tag = _native.collective_own_tag(seq, me, batch)
-        ops = [self._eps[r].send(b, tag=tag, force_tag=True) for r, b in enumerate(sends) if b is not None]
-        ops += [
-            self._eps[r].recv(b, tag=_native.collective_own_tag(seq, r, batch), force_tag=True)
-            for r, b in enumerate(recvs)
-            if b is not None
-        ]
-        await asyncio.gather(*ops)
+        (``None``: nothing), all posted before anything waits, as native futures (no task per
+        message). Every operation settles before it returns; then the first failure is raised."""
+        me, tag = self._rank, _native.collective_own_tag
+        posted = []  # (endpoint, future, whether a receive) of what UCX has not finished yet
+        failures = []
+        try:
+            for r, b in enumerate(recvs):
+                if b is None:
+                    continue
+                ep = self._eps[r]
+                try:
+                    fut = ep._post_recv(b, tag(seq, r, batch), 0)
+                except Exception as e:
+                    failures.append(e)
+                    continue
+                if fut is None:
+                    ep._recv_finished()
+                else:
+                    posted.append((ep, fut, True))
+            for r, b in enumerate(sends):
+                if b is None:
+                    continue
+                ep = self._eps[r]
+                try:
+                    fut = ep._post_send(b, tag(seq, me, batch), 0)
+                except Exception as e:
+                    if ep._send_failure(e) is not None:
+                        failures.append(e)
+                    continue
+                if fut is not None:
+                    posted.append((ep, fut, False))
+            settled = await asyncio.gather(*(f for _, f, _ in posted), return_exceptions=True)
+        except BaseException:
+            for _, f, _ in posted:  # cancelled: nothing of this call runs on
+                f.cancel()
+            raise
+        for (ep, _, is_recv), result in zip(posted, settled):
+            if not isinstance(result, BaseException):
+                if is_recv:
+                    ep._recv_finished()
+            elif is_recv or ep._send_failure(result) is not None:
+                failures.append(result)
+        if failures:
+            raise failures[0]
 
     async def barrier(self):
         """Returns once every rank has called ``barrier``."""
