@@ -147,6 +147,32 @@ unsafe extern "C" fn on_am(
     }
 }
 
+/// `ucp_worker_set_am_recv_handler`: `cb` with `arg` receives active messages `id` on `worker`,
+/// whole (`UCP_AM_FLAG_WHOLE_MSG`); `cb` `None` clears it.
+///
+/// # Safety
+/// `worker` is live, and `arg` stays valid for `cb` until the handler is replaced or cleared, or
+/// the worker destroyed.
+pub(crate) unsafe fn set_recv_handler(
+    worker: sys::ucp_worker_h,
+    id: u16,
+    cb: sys::ucp_am_recv_callback_t,
+    arg: *mut c_void,
+) -> Result<()> {
+    // SAFETY: plain C struct; zero means "field not set".
+    let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+    p.field_mask = (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
+        | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
+        | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG
+        | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS) as u64;
+    p.id = u32::from(id);
+    p.cb = cb;
+    p.arg = arg;
+    p.flags = sys::UCP_AM_FLAG_WHOLE_MSG;
+    // SAFETY: as the caller promises.
+    crate::error::check("ucp_worker_set_am_recv_handler", unsafe { sys::ucp_worker_set_am_recv_handler(worker, &p) })
+}
+
 /// `len` bytes at `ptr` (none when `len` is 0, whatever `ptr` is).
 ///
 /// # Safety
@@ -165,19 +191,9 @@ impl Worker {
     pub fn set_am_handler(&self, id: u16, handler: impl FnMut(AmMessage) + Send + 'static) -> Result<()> {
         self.require(Features::AM, "ucp_worker_set_am_recv_handler")?;
         let cell = Box::new(HandlerCell { worker: self.downgrade(), handler: Mutex::new(Box::new(handler)) });
-        // SAFETY: plain C struct; zero means "field not set".
-        let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
-        p.field_mask = (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
-            | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
-            | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG
-            | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS) as u64;
-        p.id = u32::from(id);
-        p.cb = Some(on_am);
-        p.arg = (&*cell as *const HandlerCell).cast_mut().cast();
-        p.flags = sys::UCP_AM_FLAG_WHOLE_MSG;
+        let arg = (&*cell as *const HandlerCell).cast_mut().cast();
         // SAFETY: the worker is live; the cell lives in the worker's table until it is destroyed.
-        let status = unsafe { sys::ucp_worker_set_am_recv_handler(self.handle(), &p) };
-        crate::error::check("ucp_worker_set_am_recv_handler", status)?;
+        unsafe { set_recv_handler(self.handle(), id, Some(on_am), arg)? };
         self.inner().am_handlers.lock().unwrap_or_else(|p| p.into_inner()).push((id, cell));
         Ok(())
     }

@@ -7,6 +7,7 @@
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
+use crate::am::set_recv_handler;
 use crate::error::{Error, Result, Status};
 use crate::request::CONTIG_BYTES;
 use crate::{sys, Endpoint, Worker};
@@ -171,22 +172,6 @@ unsafe extern "C" fn am_arrived(
     sys::UCS_OK
 }
 
-/// Sets (or with `cb` None, clears) the handler of active-message `id` on `worker`.
-fn set_handler(worker: sys::ucp_worker_h, id: u16, cb: sys::ucp_am_recv_callback_t, arg: *mut c_void) -> Result<()> {
-    // SAFETY: plain C struct; zero means "field not set".
-    let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
-    p.field_mask = (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
-        | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
-        | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG
-        | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS) as u64;
-    p.id = u32::from(id);
-    p.cb = cb;
-    p.arg = arg;
-    p.flags = sys::UCP_AM_FLAG_WHOLE_MSG;
-    // SAFETY: the worker is live; `arg` outlives the registration (the caller clears it).
-    crate::error::check("ucp_worker_set_am_recv_handler", unsafe { sys::ucp_worker_set_am_recv_handler(worker, &p) })
-}
-
 /// [`tag_pingpong`] with 8-byte active messages of id `id` (which must have no other handler),
 /// sent in `style`; each side counts arrivals in its handler, as perftest's `ucp_am_lat`.
 #[doc(hidden)]
@@ -201,7 +186,8 @@ pub fn am_pingpong(
     let (w, e) = (worker.handle(), ep.handle("floor::am_pingpong")?);
     let mut counts = Counts::default();
     let counts_ptr: *mut Counts = &mut counts;
-    set_handler(w, id, Some(am_arrived), counts_ptr.cast())?;
+    // SAFETY: `counts` outlives the registration, which is cleared below before it goes.
+    unsafe { set_recv_handler(w, id, Some(am_arrived), counts_ptr.cast())? };
     let mut send_params = params(counts_ptr, false);
     let header = crate::wire::am_header::encode(crate::MemoryType::Host.raw() as i32);
     let header: &[u8] = match style {
@@ -260,6 +246,7 @@ pub fn am_pingpong(
         }
     };
     let ran = run();
-    set_handler(w, id, None, std::ptr::null_mut())?;
+    // SAFETY: clearing the handler; nothing is registered with an argument any more.
+    unsafe { set_recv_handler(w, id, None, std::ptr::null_mut())? };
     ran.map(|()| rtts)
 }
