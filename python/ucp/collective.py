@@ -183,50 +183,16 @@ class Communicator:
 
     async def _exchange(self, seq, batch, sends, recvs):
         """Sends ``sends[r]`` to and receives ``recvs[r]`` from every rank ``r`` with an entry
-        (``None``: nothing), all posted before anything waits, as native futures (no task per
-        message). Every operation settles before it returns; then the first failure is raised."""
+        (``None``: nothing), all posted before anything waits (``_Posted``)."""
         me, tag = self._rank, _native.collective_own_tag
-        posted = []  # (endpoint, future, whether a receive) of what UCX has not finished yet
-        failures = []
-        try:
-            for r, b in enumerate(recvs):
-                if b is None:
-                    continue
-                ep = self._eps[r]
-                try:
-                    fut = ep._post_recv(b, tag(seq, r, batch), 0)
-                except Exception as e:
-                    failures.append(e)
-                    continue
-                if fut is None:
-                    ep._recv_finished()
-                else:
-                    posted.append((ep, fut, True))
-            for r, b in enumerate(sends):
-                if b is None:
-                    continue
-                ep = self._eps[r]
-                try:
-                    fut = ep._post_send(b, tag(seq, me, batch), 0)
-                except Exception as e:
-                    if ep._send_failure(e) is not None:
-                        failures.append(e)
-                    continue
-                if fut is not None:
-                    posted.append((ep, fut, False))
-            settled = await asyncio.gather(*(f for _, f, _ in posted), return_exceptions=True)
-        except BaseException:
-            for _, f, _ in posted:  # cancelled: nothing of this call runs on
-                f.cancel()
-            raise
-        for (ep, _, is_recv), result in zip(posted, settled):
-            if not isinstance(result, BaseException):
-                if is_recv:
-                    ep._recv_finished()
-            elif is_recv or ep._send_failure(result) is not None:
-                failures.append(result)
-        if failures:
-            raise failures[0]
+        posted = _Posted()
+        for r, b in enumerate(recvs):
+            if b is not None:
+                posted.recv(self._eps[r], b, tag(seq, r, batch))
+        for r, b in enumerate(sends):
+            if b is not None:
+                posted.send(self._eps[r], b, tag(seq, me, batch))
+        await posted.settle()
 
     async def barrier(self):
         """Returns once every rank has called ``barrier``."""
@@ -273,9 +239,8 @@ class Communicator:
                 raise ValueError(f"the part for rank {r} ({len(p)} bytes in batches of {b}): {e}") from None
             announce.append((head + p if inline and r != me else head, inline))
         seq = self._next_seq()
-        # Each peer's announcement (batch 0, small parts inside it: ucx-core's wire::alltoallv)
-        # and then its part (batches 1 and up) go peer by peer, without waiting for the other
-        # peers' announcements, as in ucx-async.
+        # Each peer gets an announcement (batch 0, small parts inside it: ucx-core's
+        # wire::alltoallv), then the rest of its part (batches 1 and up).
         room = _native.alltoallv_announce_room(self.size)
         tag = _native.collective_own_tag
         del out[self.size :]
@@ -284,44 +249,31 @@ class Communicator:
             if not isinstance(out[r], bytearray):
                 out[r] = bytearray()
 
-        # Every peer's announcement receive, then every announcement send, is posted before
-        # anything waits (native futures; no task per peer: a task and its loop passes cost more
-        # than a small part's whole exchange). Large parts follow their announcements in tasks.
-        # As in ucx-async, nothing waits for the other peers' announcements first.
+        # Every peer's announcement receive, then every announcement send (and a direct part's
+        # messages behind it), is posted before anything waits (``_Posted``); parts through the
+        # bounce pool run as tasks. As in ucx-async, no peer waits for another's announcement.
         peers = [r for r in range(self.size) if r != me]
-        failures = []
-        recvs = []  # (rank, its buffer, its length or future)
+        posted = _Posted()
+        recvs = []  # (rank, its buffer, its length or future): announcements, waited in turn
         for r in peers:
             incoming = bytearray(room)
             try:
                 recvs.append((r, incoming, self._eps[r]._post_recv_up_to(incoming, tag(seq, r, 0), 0)))
             except Exception as e:
-                failures.append(e)
-        sends = []  # (endpoint, future) of sends UCX has not finished yet
-        part_recvs = []  # (endpoint, future) of parts' receives UCX has not finished yet
-        tasks = []  # parts that go through the bounce pool, batch by batch
+                posted.failures.append(e)
         waited = 0  # how many of `recvs` were (or are being) waited for
         try:
             for r in peers:
                 message, inline = announce[r]
                 ep = self._eps[r]
-                try:
-                    fut = ep._post_send(message, tag(seq, me, 0), 0, fast=True)
-                    if fut is not None:
-                        sends.append((ep, fut))
-                    if inline:
-                        continue
-                    if batches[r]:
-                        tasks.append(asyncio.ensure_future(self._send_part(seq, r, parts[r], batches[r])))
-                        continue
-                    # A direct part's messages go at once, behind their announcement.
-                    for b, start, stop in _native.alltoallv_messages(len(parts[r]), 0):
-                        fut = ep._post_send(parts[r][start:stop], tag(seq, me, b), 0)
-                        if fut is not None:
-                            sends.append((ep, fut))
-                except Exception as e:
-                    if ep._send_failure(e) is not None:
-                        failures.append(e)
+                if not posted.send(ep, message, tag(seq, me, 0), fast=True) or inline:
+                    continue
+                if batches[r]:
+                    posted.task(self._send_part(seq, r, parts[r], batches[r]))
+                    continue
+                # A direct part's messages go at once, behind their announcement.
+                for b, start, stop in _native.alltoallv_messages(len(parts[r]), 0):
+                    posted.send(ep, parts[r][start:stop], tag(seq, me, b))
             # This rank's own part never leaves the process; copied while the peers read theirs.
             _resize(out[me], len(parts[me]))
             _copy_into(out[me], parts[me])
@@ -336,45 +288,27 @@ class Communicator:
                         )
                     except ValueError as e:
                         raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
-                    _resize(out[r], length)
-                    if data is not None:
-                        _copy_into(out[r], data)
-                    elif batch:
-                        tasks.append(asyncio.ensure_future(self._recv_part(seq, r, out[r], batch)))
-                    else:
-                        view = memoryview(out[r])
-                        for b, start, stop in _native.alltoallv_messages(length, 0):
-                            fut = ep._post_recv(view[start:stop], tag(seq, r, b), 0)
-                            if fut is None:
-                                ep._recv_finished()
-                            else:
-                                part_recvs.append((ep, fut))
                 except Exception as e:
-                    failures.append(e)
-            # Every peer's operations settle before the call returns, even when one peer's
-            # fail: the healthy peers' parts arrive whole, and nothing is left running behind
-            # the call. The first failure is raised.
-            settled = await asyncio.gather(
-                *(f for _, f in sends), *(f for _, f in part_recvs), *tasks, return_exceptions=True
-            )
+                    posted.failures.append(e)
+                    continue
+                _resize(out[r], length)
+                if data is not None:
+                    _copy_into(out[r], data)
+                elif batch:
+                    posted.task(self._recv_part(seq, r, out[r], batch))
+                else:
+                    view = memoryview(out[r])
+                    for b, start, stop in _native.alltoallv_messages(length, 0):
+                        posted.recv(ep, view[start:stop], tag(seq, r, b))
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
-            for f in (*(f for _, f in sends), *(f for _, f in part_recvs), *tasks):
-                f.cancel()
+            posted.cancel()
             for r, _, got in recvs[waited:]:
                 self._eps[r]._abandon_recv(got)
             raise
-        for (ep, _), result in zip(sends, settled):
-            if isinstance(result, BaseException) and ep._send_failure(result) is not None:
-                failures.append(result)
-        for (ep, _), result in zip(part_recvs, settled[len(sends) :]):
-            if isinstance(result, BaseException):
-                failures.append(result)
-            else:
-                ep._recv_finished()
-        failures += [t for t in settled[len(sends) + len(part_recvs) :] if isinstance(t, BaseException)]
-        if failures:
-            raise failures[0]
+        # Every peer's operations settle before the call returns, even when one peer's fail:
+        # the healthy peers' parts arrive whole, and nothing is left running behind the call.
+        await posted.settle()
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
@@ -424,6 +358,66 @@ class Communicator:
         await self.barrier()
         for ep in self._eps:
             ep.abort()
+
+
+class _Posted:
+    """The operations of one collective call, posted as native futures before anything waits
+    (a task per message and its passes through the event loop cost more than a small part's
+    whole exchange), plus tasks for what takes several steps. ``settle`` waits for all of them,
+    even when some fail, then raises the first failure: a failed peer costs the others nothing,
+    and nothing of the call runs on after it."""
+
+    def __init__(self):
+        self.ops = []  # (endpoint, future, whether a receive) of what UCX has not finished
+        self.tasks = []
+        self.failures = []
+
+    def recv(self, ep, buffer, tag):
+        """Posts a receive of exactly ``len(buffer)`` bytes on ``tag``."""
+        try:
+            fut = ep._post_recv(buffer, tag, 0)
+        except Exception as e:
+            self.failures.append(e)
+            return
+        if fut is None:
+            ep._recv_finished()
+        else:
+            self.ops.append((ep, fut, True))
+
+    def send(self, ep, buffer, tag, fast=False):
+        """Posts a send on ``tag``; whether it was posted (False: it failed at once)."""
+        try:
+            fut = ep._post_send(buffer, tag, 0, fast)
+        except Exception as e:
+            if ep._send_failure(e) is not None:
+                self.failures.append(e)
+            return False
+        if fut is not None:
+            self.ops.append((ep, fut, False))
+        return True
+
+    def task(self, coroutine):
+        self.tasks.append(asyncio.ensure_future(coroutine))
+
+    def cancel(self):
+        for f in (*(f for _, f, _ in self.ops), *self.tasks):
+            f.cancel()
+
+    async def settle(self):
+        try:
+            settled = await asyncio.gather(*(f for _, f, _ in self.ops), *self.tasks, return_exceptions=True)
+        except BaseException:
+            self.cancel()  # cancelled: nothing of this call runs on
+            raise
+        for (ep, _, is_recv), result in zip(self.ops, settled):
+            if not isinstance(result, BaseException):
+                if is_recv:
+                    ep._recv_finished()
+            elif is_recv or ep._send_failure(result) is not None:
+                self.failures.append(result)
+        self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
+        if self.failures:
+            raise self.failures[0]
 
 
 def _copy_into(buf, data):
