@@ -250,8 +250,9 @@ class Communicator:
                 out[r] = bytearray()
 
         # Every peer's announcement receive, then every announcement send (and a direct part's
-        # messages behind it), is posted before anything waits (``_Posted``); parts through the
-        # bounce pool run as tasks. As in ucx-async, no peer waits for another's announcement.
+        # messages behind it), is posted before anything waits (``_Posted``); parts sent through
+        # the bounce pool run as tasks, and every part's receives are posted once its
+        # announcement has arrived. As in ucx-async, no peer waits for another's announcement.
         peers = [r for r in range(self.size) if r != me]
         posted = _Posted()
         recvs = []  # (rank, its buffer, its length or future): announcements, waited in turn
@@ -294,12 +295,11 @@ class Communicator:
                 _resize(out[r], length)
                 if data is not None:
                     _copy_into(out[r], data)
-                elif batch:
-                    posted.task(self._recv_part(seq, r, out[r], batch))
-                else:
-                    view = memoryview(out[r])
-                    for b, start, stop in _native.alltoallv_messages(length, 0):
-                        posted.recv(ep, view[start:stop], tag(seq, r, b))
+                    continue
+                # Every message of the part (one, or a batch each) straight into its range.
+                view = memoryview(out[r])
+                for b, start, stop in _native.alltoallv_messages(length, batch):
+                    posted.recv(ep, view[start:stop], tag(seq, r, b))
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
             posted.cancel()
@@ -322,12 +322,10 @@ class Communicator:
         return self._batch
 
     async def _send_part(self, seq, r, part, batch):
+        """Sends ``part`` to rank ``r`` in batches of ``batch`` bytes copied through the bounce
+        pool (``batch`` > 0; a direct part's messages are posted by ``alltoallv_into``)."""
         ep, tag = self._eps[r], _native.collective_own_tag
         messages = _native.alltoallv_messages(len(part), batch)
-        if batch == 0:
-            for b, start, stop in messages:
-                await ep.send(part[start:stop], tag=tag(seq, self._rank, b), force_tag=True)
-            return
         slots = self._pool.setdefault(r, [bytearray(self._batch) for _ in range(self._depth)])
         inflight = collections.deque()
         try:
@@ -342,16 +340,6 @@ class Communicator:
             for f in inflight:  # a failed part stops its other batches too
                 f.cancel()
             raise
-
-    async def _recv_part(self, seq, r, out, batch):
-        # Every message straight into its range of ``out``, all posted at once.
-        ep, view = self._eps[r], memoryview(out)
-        await asyncio.gather(
-            *(
-                ep.recv(view[start:stop], tag=_native.collective_own_tag(seq, r, b), force_tag=True)
-                for b, start, stop in _native.alltoallv_messages(len(out), batch)
-            )
-        )
 
     async def close(self):
         """A final barrier, then lets every endpoint go."""

@@ -149,12 +149,10 @@ class Endpoint:
         endpoint's tag (or ``tag``, hashed with it unless ``force_tag``)."""
         return await self._send(buffer, self._tag("msg_send", tag, force_tag))
 
-    async def _send(self, buffer, tag, fast=False):
-        """``send`` on the already computed ``tag``. ``fast``: for fast completion (eager where
-        UCX would otherwise start a rendezvous, whose handshake waits for the receiver to run):
-        the collectives' announcements, as ucx-async sends them."""
+    async def _send(self, buffer, tag):
+        """``send`` on the already computed ``tag``."""
         try:
-            fut = self._post_send(buffer, tag, inline_spin_us(), fast)
+            fut = self._post_send(buffer, tag, inline_spin_us())
             if fut is None:
                 return True
             return await fut
@@ -185,15 +183,11 @@ class Endpoint:
         self._recv_finished()
         return ret
 
-    async def _recv_up_to(self, buffer, tag):
-        """``recv`` with ``force_tag`` of a message of at most ``buffer``'s size; returns its
-        length. For messages whose size the receiver cannot know (the collectives'
-        announcements, which carry small parts)."""
-        return await self._recv_up_to_done(self._post_recv_up_to(buffer, tag, inline_spin_us()))
-
     def _post_recv_up_to(self, buffer, tag, spin_us):
-        """``_recv_up_to``'s submission: the length if the message was already there, else its
-        future, for ``_recv_up_to_done``. Lets a caller post many receives before it waits."""
+        """Submits a receive (``force_tag``) of a message of at most ``buffer``'s size, for
+        messages whose size the receiver cannot know (the collectives' announcements, which
+        carry small parts): the length if the message was already there, else its future,
+        for ``_recv_up_to_done``. Lets a caller post many receives before it waits."""
         ep = self._ep
         if ep is None:
             raise UCXEndpointClosed("Endpoint closed")
