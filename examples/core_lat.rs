@@ -21,10 +21,10 @@ mod usage;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ucx_core::floor::{self, AmStyle};
-use ucx_core::{Context, Endpoint, EndpointParams, Submitted, ThreadMode, Worker, WorkerAddress};
+use ucx_core::{Context, Endpoint, EndpointParams, ThreadMode, Worker, WorkerAddress};
 
 const USAGE: &str = "\
 Tag ping-pong of 8 bytes with ucx-core only, worker addresses swapped over TCP as ucx_perftest
@@ -133,14 +133,14 @@ fn ping_pong(mut sock: TcpStream, server: bool, single: bool, layer: Layer, iter
     let ep = Endpoint::connect_to_worker(&worker, &peer, EndpointParams::default().error_handling(false))?;
 
     let n = iters + WARMUP;
-    let mut rtts = match layer {
-        Layer::Requests => requests(&worker, &ep, server, iters)?,
-        Layer::CoreAm => core_am(&worker, &ep, server, iters)?,
-        Layer::RawTag => floor::tag_pingpong(&worker, &ep, !server, n, TAG)?.split_off(if server { 0 } else { WARMUP }),
-        Layer::RawAm(style) => {
-            floor::am_pingpong(&worker, &ep, !server, n, AM_ID, style)?.split_off(if server { 0 } else { WARMUP })
-        }
+    let all = match layer {
+        Layer::Requests => requests(&worker, &ep, server, n)?,
+        Layer::CoreAm => core_am(&worker, &ep, server, n)?,
+        Layer::RawTag => floor::tag_pingpong(&worker, &ep, !server, n, TAG)?,
+        Layer::RawAm(style) => floor::am_pingpong(&worker, &ep, !server, n, AM_ID, style)?,
     };
+    // The client's round trips after the warm-up (the server records none).
+    let mut rtts = all.get(WARMUP..).map(<[Duration]>::to_vec).unwrap_or_default();
     // Both sides done before either tears down: a byte each way on the socket.
     sock.write_all(b"x")?;
     sock.read_exact(&mut len[..1])?;
@@ -159,42 +159,18 @@ fn ping_pong(mut sock: TcpStream, server: bool, single: bool, layer: Layer, iter
     Ok(())
 }
 
-/// The ping-pong through ucx-core's operations and requests; the client's round trips.
-fn requests(worker: &Worker, ep: &Endpoint, server: bool, iters: usize) -> Result<Vec<Duration>> {
-    let wait = |s: Submitted<'_>| -> ucx_core::Result<()> {
-        if let Submitted::InFlight(r) = s {
-            while !r.is_complete() {
-                worker.progress();
-            }
-            r.wait()?;
-        }
-        Ok(())
-    };
+/// The ping-pong through ucx-core's operations and requests.
+fn requests(worker: &Worker, ep: &Endpoint, server: bool, n: usize) -> ucx_core::Result<Vec<Duration>> {
     let out = [1u8; 8];
     let mut back = [0u8; 8];
-    let mut rtts = Vec::with_capacity(if server { 0 } else { iters });
-    // One clock read per round trip, as perftest takes one timestamp per iteration.
-    let mut t0 = Instant::now();
-    for i in 0..iters + WARMUP {
-        if server {
-            wait(worker.tag_recv(&mut back, TAG, u64::MAX)?)?;
-            wait(ep.tag_send(&out, TAG)?)?;
-        } else {
-            wait(ep.tag_send(&out, TAG)?)?;
-            wait(worker.tag_recv(&mut back, TAG, u64::MAX)?)?;
-            let now = Instant::now();
-            if i >= WARMUP {
-                rtts.push(now - t0);
-            }
-            t0 = now;
-        }
-    }
-    Ok(rtts)
+    let send = || ep.tag_send(&out, TAG)?.wait().map(drop);
+    let recv = || worker.tag_recv(&mut back, TAG, u64::MAX)?.wait().map(drop);
+    floor::rounds(!server, n, send, recv)
 }
 
 /// The ping-pong in active messages through ucx-core: the handler takes each message's data
-/// (as ucx-async's router hands it on) and counts it; the client's round trips.
-fn core_am(worker: &Worker, ep: &Endpoint, server: bool, iters: usize) -> Result<Vec<Duration>> {
+/// (as ucx-async's router hands it on) and counts it.
+fn core_am(worker: &Worker, ep: &Endpoint, server: bool, n: usize) -> ucx_core::Result<Vec<Duration>> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let arrived = std::sync::Arc::new(AtomicUsize::new(0));
     let count = arrived.clone();
@@ -205,34 +181,14 @@ fn core_am(worker: &Worker, ep: &Endpoint, server: bool, iters: usize) -> Result
     let header = ucx_core::wire::am_header::encode(ucx_core::MemoryType::Host.raw() as i32);
     let options = ucx_core::AmSendOptions { reply: true, ..Default::default() };
     let out = [1u8; 8];
+    let send = || ep.am_send(AM_ID, &header, &out, options)?.wait().map(drop);
     let mut expected = 0;
-    let mut recv = || {
+    let recv = || {
         expected += 1;
         while arrived.load(Ordering::Acquire) < expected {
             worker.progress();
         }
-    };
-    let send = || -> ucx_core::Result<()> {
-        if let Submitted::InFlight(r) = ep.am_send(AM_ID, &header, &out, options)? {
-            r.wait()?;
-        }
         Ok(())
     };
-    let mut rtts = Vec::with_capacity(if server { 0 } else { iters });
-    let mut t0 = Instant::now();
-    for i in 0..iters + WARMUP {
-        if server {
-            recv();
-            send()?;
-        } else {
-            send()?;
-            recv();
-            let now = Instant::now();
-            if i >= WARMUP {
-                rtts.push(now - t0);
-            }
-            t0 = now;
-        }
-    }
-    Ok(rtts)
+    floor::rounds(!server, n, send, recv)
 }

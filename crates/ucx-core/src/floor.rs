@@ -23,9 +23,9 @@ struct Counts {
 /// Records a finished operation. Runs inside `ucp_worker_progress` on the calling thread.
 ///
 /// # Safety
-/// `user` is the `Counts` of the running [`tag_pingpong`]; `request` is UCX's, not yet freed.
+/// `user` is the `Counts` of the running ping-pong; `request` is UCX's, not yet freed.
 unsafe fn finished(request: *mut c_void, status: sys::ucs_status_t, user: *mut c_void, recv: bool) {
-    // SAFETY: tag_pingpong waits for every operation it submits, so its Counts outlive them.
+    // SAFETY: the ping-pongs wait for every operation they submit, so their Counts outlive them.
     let counts = unsafe { &mut *user.cast::<Counts>() };
     match recv {
         true => counts.recvs -= 1,
@@ -82,11 +82,54 @@ fn params(counts: *mut Counts, recv: bool) -> sys::ucp_request_param_t {
     p
 }
 
-/// `iters` round trips of 8 bytes on `tag` between `ep`'s two sides, as perftest's `tag_lat`:
-/// the initiator sends then receives, the other side receives then sends, each busy-polling
-/// `worker` until its operation is done. Returns the initiator's round-trip times (one clock
-/// read per round trip, as perftest takes one timestamp per iteration); the other side's is
-/// empty.
+/// `iters` round trips: the initiator sends then receives, the other side receives then
+/// sends. Returns the initiator's round-trip times (one clock read per round trip, as perftest
+/// takes one timestamp per iteration); the other side's is empty. The loop of every rung of
+/// the ladder (`examples/core_lat.rs` runs its ucx-core rungs through it too).
+#[doc(hidden)]
+pub fn rounds<E>(
+    initiator: bool,
+    iters: usize,
+    mut send: impl FnMut() -> std::result::Result<(), E>,
+    mut recv: impl FnMut() -> std::result::Result<(), E>,
+) -> std::result::Result<Vec<Duration>, E> {
+    let mut rtts = Vec::with_capacity(if initiator { iters } else { 0 });
+    let mut t0 = Instant::now();
+    for _ in 0..iters {
+        if initiator {
+            send()?;
+            recv()?;
+            let now = Instant::now();
+            rtts.push(now - t0);
+            t0 = now;
+        } else {
+            recv()?;
+            send()?;
+        }
+    }
+    Ok(rtts)
+}
+
+/// Progresses `worker` until `pending(counts)` is 0; then the first failure a callback saw.
+///
+/// # Safety
+/// `worker` is live; `counts` is valid, and touched meanwhile only by this thread's callbacks.
+unsafe fn wait(worker: sys::ucp_worker_h, counts: *mut Counts, pending: fn(&Counts) -> i64) -> Result<()> {
+    // SAFETY: as the caller promises; the callbacks run inside ucp_worker_progress, between
+    // these reads.
+    unsafe {
+        while pending(&*counts) > 0 {
+            sys::ucp_worker_progress(worker);
+        }
+        match (*counts).failed {
+            Some(status) => Err(Error::new("floor", status_of(status))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// [`rounds`] of 8-byte tag messages on `tag` between `ep`'s two sides, as perftest's
+/// `tag_lat`, each side busy-polling `worker` until its operation is done.
 #[doc(hidden)]
 pub fn tag_pingpong(worker: &Worker, ep: &Endpoint, initiator: bool, iters: usize, tag: u64) -> Result<Vec<Duration>> {
     let (w, e) = (worker.handle(), ep.handle("floor::tag_pingpong")?);
@@ -96,54 +139,32 @@ pub fn tag_pingpong(worker: &Worker, ep: &Endpoint, initiator: bool, iters: usiz
     let out = [1u8; 8];
     let mut back = [0u8; 8];
     let back_ptr: *mut c_void = back.as_mut_ptr().cast();
-    let mut rtts = Vec::with_capacity(if initiator { iters } else { 0 });
-    // SAFETY: handles are live for the call; every submitted operation is waited for before
-    // the next one and before return, so `out`, `back` and `counts` outlive what UCX does with
-    // them; `counts` is touched only through `counts_ptr` (here and in the callbacks, which run
-    // on this thread inside ucp_worker_progress).
-    unsafe {
-        let wait = |pending: fn(&Counts) -> i64| {
-            while pending(&*counts_ptr) > 0 {
-                sys::ucp_worker_progress(w);
-            }
-        };
-        let send = || -> Result<()> {
-            if in_flight(
-                sys::ucp_tag_send_nbx(e, out.as_ptr().cast(), out.len(), tag, &send_params),
-                "ucp_tag_send_nbx",
-            )? {
+    // The unsafe blocks below: the handles are live for the call; every operation is waited
+    // for before the next one and before return, so `out`, `back` and `counts` outlive what
+    // UCX does with them; `counts` is touched only through `counts_ptr`, here and in the
+    // callbacks, which run on this thread inside ucp_worker_progress.
+    let send = || {
+        // SAFETY: see above.
+        unsafe {
+            let ret = sys::ucp_tag_send_nbx(e, out.as_ptr().cast(), out.len(), tag, &send_params);
+            if in_flight(ret, "ucp_tag_send_nbx")? {
                 (*counts_ptr).sends += 1;
             }
-            wait(|c| c.sends);
-            Ok(())
-        };
-        let recv = || -> Result<()> {
-            // Without RECV_INFO UCX always returns a request; its callback counts it down.
+            wait(w, counts_ptr, |c| c.sends)
+        }
+    };
+    let recv = || {
+        // SAFETY: see above. Without RECV_INFO UCX always returns a request; its callback
+        // counts it down.
+        unsafe {
             let ret = sys::ucp_tag_recv_nbx(w, back_ptr, back.len(), tag, u64::MAX, &recv_params);
             if in_flight(ret, "ucp_tag_recv_nbx")? {
                 (*counts_ptr).recvs += 1;
             }
-            wait(|c| c.recvs);
-            Ok(())
-        };
-        let mut t0 = Instant::now();
-        for _ in 0..iters {
-            if initiator {
-                send()?;
-                recv()?;
-                let now = Instant::now();
-                rtts.push(now - t0);
-                t0 = now;
-            } else {
-                recv()?;
-                send()?;
-            }
-            if let Some(status) = (*counts_ptr).failed {
-                return Err(Error::new("floor::tag_pingpong", status_of(status)));
-            }
+            wait(w, counts_ptr, |c| c.recvs)
         }
-    }
-    Ok(rtts)
+    };
+    rounds(initiator, iters, send, recv)
 }
 
 /// How [`am_pingpong`] sends: as `ucx_perftest`'s `ucp_am_lat` (no header, no reply
@@ -172,7 +193,7 @@ unsafe extern "C" fn am_arrived(
     sys::UCS_OK
 }
 
-/// [`tag_pingpong`] with 8-byte active messages of id `id` (which must have no other handler),
+/// [`rounds`] of 8-byte active messages of id `id` (which must have no other handler),
 /// sent in `style`; each side counts arrivals in its handler, as perftest's `ucp_am_lat`.
 #[doc(hidden)]
 pub fn am_pingpong(
@@ -199,54 +220,36 @@ pub fn am_pingpong(
         }
     };
     let out = [1u8; 8];
-    let mut rtts = Vec::with_capacity(if initiator { iters } else { 0 });
-    let mut run = || -> Result<()> {
-        // SAFETY: as in tag_pingpong; the handler's `counts` is cleared below, before it goes.
+    // The unsafe blocks below: as in tag_pingpong; the handler's `counts` is cleared below,
+    // before it goes.
+    let send = || {
+        // SAFETY: see above.
         unsafe {
-            let wait = |pending: fn(&Counts) -> i64| {
-                while pending(&*counts_ptr) > 0 {
-                    sys::ucp_worker_progress(w);
-                }
-            };
-            let send = || -> Result<()> {
-                let ret = sys::ucp_am_send_nbx(
-                    e,
-                    u32::from(id),
-                    header.as_ptr().cast(),
-                    header.len(),
-                    out.as_ptr().cast(),
-                    out.len(),
-                    &send_params,
-                );
-                if in_flight(ret, "ucp_am_send_nbx")? {
-                    (*counts_ptr).sends += 1;
-                }
-                wait(|c| c.sends);
-                Ok(())
-            };
-            // An arrival is expected before it is waited for: the handler counts it down.
-            let recv = || {
-                (*counts_ptr).recvs += 1;
-                wait(|c| c.recvs);
-            };
-            let mut t0 = Instant::now();
-            for _ in 0..iters {
-                if initiator {
-                    send()?;
-                    recv();
-                    let now = Instant::now();
-                    rtts.push(now - t0);
-                    t0 = now;
-                } else {
-                    recv();
-                    send()?;
-                }
+            let ret = sys::ucp_am_send_nbx(
+                e,
+                u32::from(id),
+                header.as_ptr().cast(),
+                header.len(),
+                out.as_ptr().cast(),
+                out.len(),
+                &send_params,
+            );
+            if in_flight(ret, "ucp_am_send_nbx")? {
+                (*counts_ptr).sends += 1;
             }
-            Ok(())
+            wait(w, counts_ptr, |c| c.sends)
         }
     };
-    let ran = run();
+    let recv = || {
+        // SAFETY: see above. An arrival is expected before it is waited for: the handler
+        // counts it down.
+        unsafe {
+            (*counts_ptr).recvs += 1;
+            wait(w, counts_ptr, |c| c.recvs)
+        }
+    };
+    let ran = rounds(initiator, iters, send, recv);
     // SAFETY: clearing the handler; nothing is registered with an argument any more.
     unsafe { set_recv_handler(w, id, None, std::ptr::null_mut())? };
-    ran.map(|()| rtts)
+    ran
 }
