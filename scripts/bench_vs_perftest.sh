@@ -56,13 +56,14 @@ for t in stream_lat ucp_am_lat; do
     p=$(same "$t" 8 "$LAT_N" | awk '{print $3}')
     o=$("$BENCH" -t "$t" -s 8 -n "$LAT_N" --mode polling --no-error-handling --worker-address | field median_us)
     row "$t 8 B polling, connected as perftest (µs)" "$p" "$o" "$o/$p"
+    if [ "$t" = ucp_am_lat ]; then p_am=$p; fi
 done
 # The active-message ladder: UCX's calls alone as perftest sends (no header), as UCX-Py's
 # protocol sends (its header, the reply flag), then through ucx-core's handler and messages.
 for rung in "--raw-am perftest" "--raw-am ucxpy" "--am"; do
     # shellcheck disable=SC2086 # the rung is two words
     o=$(UCX_MM_ERROR_HANDLING=y "$CORE_LAT" --iters "$LAT_N" $rung | field median_us)
-    row "  ucp_am_lat ladder: core_lat $rung" "$p" "$o" "$o/$p"
+    row "  ucp_am_lat ladder: core_lat $rung" "$p_am" "$o" "$o/$p_am"
 done
 # Bandwidth: perftest's overall bandwidth (MiB/s), column 7 of its Final line.
 for t in tag_bw stream_bw ucp_am_bw; do
