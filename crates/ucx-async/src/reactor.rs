@@ -76,9 +76,16 @@ impl Signals {
     /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with the
     /// `bytes` the operation moves, by about the time they take over shared memory: a large
     /// transfer finishes in the spin instead of after a trip through the fd and the scheduler
-    /// (docs/spin.md). Returns at once if `done()` already holds.
+    /// (docs/spin.md). It does not grow where this thread's yields show its core shared (more
+    /// busy processes than cores): there the peers that copy the bytes need that core. Returns
+    /// at once if `done()` already holds.
     pub(crate) fn spin_until(&self, bytes: usize, done: impl FnMut() -> bool) {
-        let budget = self.inline_spin + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN);
+        let scaled = if ucx_core::spin_yield_period() < ucx_core::SPIN_YIELD_ROUNDS {
+            Duration::ZERO
+        } else {
+            Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN)
+        };
+        let budget = self.inline_spin + scaled;
         let spin = self.worker.spin_until(budget, done);
         // The spin armed the worker and UCX answered busy: a sleeping reactor would wait on an
         // fd that stays quiet, so it must progress again.
