@@ -7,6 +7,10 @@ beside Rust ranks). Modes:
   (sizes 1 KiB to MAX by powers of 4, 4 MiB / size warm-ups (3 to 1000), then ITERS x (barrier, alltoallv, allgather
   of 8 bytes)), so it can stand in for one of its ranks; the parts' bytes are checked.
 
+- ``device [host]``: ``alltoallv_device`` with random sizes (zero included) over rounds, on
+  CuPy arrays (needs a GPU), or with ``host`` on NumPy arrays received into bytearrays (the
+  same messages, on any machine); every byte checked.
+
 PATH and BATCH (default ``auto`` and the pool's default) go to ``set_data_path``.
 
 Exits 0 and prints ``OK rank R`` on success."""
@@ -118,6 +122,28 @@ async def mirror_alltoall(c, max_size, iters):
         size *= 4
 
 
+async def device_alltoallv(c, on_host):
+    """``alltoallv_device`` with ``part``'s sizes and bytes, on CuPy arrays or (``on_host``)
+    NumPy arrays received into bytearrays."""
+    import numpy as np
+
+    if on_host:
+        xp, allocator = np, bytearray
+    else:
+        import cupy as xp
+
+        allocator = None  # the default: RMM's or CuPy's device memory
+    for rnd in range(3):
+        parts = [xp.asarray(np.frombuffer(part(c.rank, d, rnd), dtype="u1")) for d in range(c.size)]
+        got = await c.alltoallv_device(parts, allocator)
+        for src, b in enumerate(got):
+            if not on_host:
+                assert hasattr(b, "__cuda_array_interface__"), type(b)
+                b = xp.asnumpy(xp.asarray(b).view("u1"))
+            assert bytes(b) == part(src, c.rank, rnd), ("device", rnd, src, c.rank, len(b))
+    await c.barrier()
+
+
 async def rank_gone(c):
     """The last rank leaves without a word; the others' alltoallv of 1 MiB parts fails for it,
     but only once their own exchange has settled: each has the others' parts whole."""
@@ -153,7 +179,9 @@ async def main():
         path = args[2:4]
     if path:
         c.set_data_path(path[0], batch=int(path[1]))
-    if mode == "selftest":
+    if mode == "device":
+        await device_alltoallv(c, args[:1] == ["host"])
+    elif mode == "selftest":
         # Which transports reach the next rank: CMA only without error handling.
         print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)
         await selftest(c)

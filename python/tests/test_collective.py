@@ -51,6 +51,19 @@ def test_python_ranks_under_the_launcher(path):
     assert all(f"CMA rank {r}: False" in p.stdout for r in range(3)), p.stdout
 
 
+def test_alltoallv_device_protocol_on_host_memory():
+    """``alltoallv_device``'s messages (sizes through a host alltoallv, then each part as one
+    message, the own part through the loopback endpoint) checked with host parts and a
+    bytearray allocator, three ranks, random sizes with zeros: every byte arrives. Device
+    memory itself is test_cuda.py's (``test_alltoallv_device_between_ranks``)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "device", "host"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
 @pytest.mark.parametrize("path", [[], ["buffered", "4099"]])
 def test_python_ranks_without_error_handling(path):
     """``UCXA_ERROR_HANDLING=none``: the same selftest, and the endpoints reach each other

@@ -1,5 +1,5 @@
-"""CUDA buffers: device-to-device tag messages, send_multi/recv_multi with device frames, and
-the Dask comm moving a CuPy array. Needs CuPy and a GPU; skipped (with the reason) otherwise.
+"""CUDA buffers: device-to-device tag messages, send_multi/recv_multi with device frames, the
+Dask comm moving a CuPy array, and the collectives' alltoallv_device between two ranks. Needs CuPy and a GPU; skipped (with the reason) otherwise.
 These have run only where a GPU was lent; see the issue notes for when."""
 import asyncio
 import os
@@ -117,6 +117,19 @@ def test_dask_comm_moves_a_cupy_array(fresh_ucp):
         assert bool((msg["x"] == x).all())
 
     run(main(), timeout=60)
+
+
+def test_alltoallv_device_between_ranks():
+    """``Communicator.alltoallv_device`` on CuPy arrays, two ranks under ``ucp.launch``,
+    random sizes with zeros, received into the default device allocator's memory; every byte
+    checked (collective_rank.py's ``device`` mode)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collective_rank.py")
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "2", script, "device"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(2)), p.stdout
 
 
 _REUSE_SCRIPT = r"""

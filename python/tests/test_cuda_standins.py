@@ -180,3 +180,29 @@ def test_multirail_sends_device_chunks_as_device_memory(host_only):
         listener.close()
 
     run(main())
+
+
+def test_alltoallv_device_hands_parts_to_ucx_as_device_memory(host_only):
+    """``Communicator.alltoallv_device`` on one rank: a CuPy-shaped part and a stand-in
+    receive buffer reach UCX as device memory (the no-CUDA refusal, for the send and the
+    receive of the rank's own part); what it refuses before that is named."""
+    from ucp.collective import Communicator
+
+    async def main():
+        c = await Communicator.bootstrap(0, 1, "127.0.0.1", 0)
+        with pytest.raises(ValueError, match=NO_CUDA):
+            await c.alltoallv_device([cupy_like(64)], allocator=cupy_like)
+        with pytest.raises(ValueError, match="the allocator gave 3 bytes for rank 0's part of 64"):
+            await c.alltoallv_device([cupy_like(64)], allocator=lambda n: bytearray(3))
+        with pytest.raises(ValueError, match="2 parts for 1 ranks"):
+            await c.alltoallv_device([cupy_like(), cupy_like()])
+        with pytest.raises(ValueError, match="the part for rank 0 is not contiguous"):
+            await c.alltoallv_device([NumbaLike(shape=(4, 4), typestr="<f4", strides=(4, 32))])
+        with pytest.raises(ValueError, match="the part for rank 0 is not a buffer"):
+            await c.alltoallv_device([object()])
+        # The same call with host memory on both ends goes through (the messages are the same).
+        got = await c.alltoallv_device([b"abc"], allocator=bytearray)
+        assert got == [bytearray(b"abc")]
+        await c.close()
+
+    run(main())

@@ -13,7 +13,8 @@ collectives in the same order, each awaited before the next, as with MPI.
 a pool of bounce buffers made once, a window of them in flight). ``"auto"`` picks buffered only
 for large parts to peers over an RDMA network. Each part's announcement tells its receiver
 which path it takes, so ranks may choose differently; the bytes, the batch arithmetic and the
-automatic rule are ucx-core's (``wire::alltoallv``). Host buffers only.
+automatic rule are ucx-core's (``wire::alltoallv``). ``alltoallv_device`` moves CUDA
+arrays, each part one message from device memory to device memory.
 """
 import asyncio
 import collections
@@ -23,7 +24,8 @@ import socket
 import time
 
 from . import _ucx_async as _native
-from . import core
+from . import core, framing
+from ._libs.arr import Array
 from ._libs.ucx_api import UCXAddress
 
 __all__ = ["Communicator", "launch_env", "local_rank", "rank_net_devices"]
@@ -309,6 +311,59 @@ class Communicator:
         # Every peer's operations settle before the call returns, even when one peer's fail:
         # the healthy peers' parts arrive whole, and nothing is left running behind the call.
         await posted.settle()
+
+    async def alltoallv_device(self, parts, allocator=None):
+        """``alltoallv`` for CUDA memory: ``parts[r]`` (an object with
+        ``__cuda_array_interface__``, contiguous; host buffers are accepted too) goes to rank
+        ``r``; returns a list whose element ``r`` is ``allocator(nbytes)`` holding what rank
+        ``r`` sent (default: an RMM ``DeviceBuffer``, else a CuPy array, as ``recv_multi``'s;
+        any buffer of exactly ``nbytes`` bytes will do, host memory included).
+
+        The parts' sizes go first, through a host ``alltoallv``; then each part is one message
+        from memory to memory (UCX's CUDA transports: CUDA IPC between processes on one node),
+        this rank's own part included (through its loopback endpoint). Never inline and never
+        through the bounce pool, which are host memory. The same messages as ucx-async's
+        ``alltoallv_device_into`` (ucx-core's ``wire::alltoallv``; a job mixing the two on device
+        memory has not run yet). It uses two operation numbers. A part the allocator cannot hold fails the
+        call on this rank only after the sizes went out: the peers then wait for this rank's
+        parts, so the job must end (the launchers end it when a rank exits with an error)."""
+        if len(parts) != self.size:
+            raise ValueError(f"{len(parts)} parts for {self.size} ranks")
+        arrays = []
+        for r, p in enumerate(parts):
+            try:
+                a = Array(p)
+            except Exception as e:
+                raise ValueError(f"the part for rank {r} is not a buffer: {e}") from None
+            if a.cuda and not a.contiguous:
+                raise ValueError(f"the part for rank {r} is not contiguous")
+            arrays.append(a)
+        if allocator is None:
+            allocator = framing.device_buffer
+        lens = await self.alltoallv([_native.alltoallv_device_len(a.nbytes) for a in arrays])
+        sizes = []
+        for r, b in enumerate(lens):
+            try:
+                sizes.append(_native.alltoallv_device_len_decode(bytes(b)))
+            except ValueError as e:
+                raise ValueError(f"rank {r} sent a bad part size: {e}") from None
+        out = []
+        for r, n in enumerate(sizes):
+            buf = allocator(n)
+            if Array(buf).nbytes != n:
+                raise ValueError(f"the allocator gave {Array(buf).nbytes} bytes for rank {r}'s part of {n}")
+            out.append(buf)
+        seq = self._next_seq()
+        me, batch, tag = self._rank, _native.alltoallv_device_part_batch(), _native.collective_own_tag
+        posted = _Posted()
+        for r in range(self.size):
+            if sizes[r]:
+                posted.recv(self._eps[r], out[r], tag(seq, r, batch))
+        for r in range(self.size):
+            if arrays[r].nbytes:
+                posted.send(self._eps[r], parts[r], tag(seq, me, batch))
+        await posted.settle()
+        return out
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""

@@ -150,6 +150,24 @@ pub(crate) fn alltoallv_auto_buffered(transports: Vec<String>, length: u64) -> b
     alltoallv::auto_buffered(&transports, length)
 }
 
+/// A device part's length as the first operation of a device `alltoallv` carries it.
+#[pyfunction]
+pub(crate) fn alltoallv_device_len<'py>(py: Python<'py>, length: u64) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &alltoallv::device_len_encode(length))
+}
+
+/// Decodes a device part's length a peer sent; `ValueError` if it is not one.
+#[pyfunction]
+pub(crate) fn alltoallv_device_len_decode(bytes: &[u8]) -> PyResult<u64> {
+    alltoallv::device_len_decode(bytes).map_err(value_error)
+}
+
+/// The tag's batch number of a device part's one message.
+#[pyfunction]
+pub(crate) fn alltoallv_device_part_batch() -> usize {
+    alltoallv::DEVICE_PART_BATCH
+}
+
 /// The pool's defaults: `(batch bytes, depth)`.
 #[pyfunction]
 pub(crate) fn alltoallv_bounce_defaults() -> (u32, usize) {

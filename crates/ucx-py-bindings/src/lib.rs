@@ -89,6 +89,9 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_messages, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_auto_buffered, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;
     m.add_class::<context::Context>()?;
     m.add_class::<worker::Worker>()?;
     m.add_class::<endpoint::Endpoint>()?;

@@ -4,6 +4,7 @@
 //! transports: `cuda_ipc` between processes on one node, GPUDirect RDMA over a network), and
 //! this rank's own part is copied on the device. Device parts always take the direct path: no
 //! bounce buffers, and no part inside its announcement, which would go through host memory.
+//! The wire rule is ucx-core's (`wire::alltoallv`), shared with the Python communicator.
 use std::future::Future;
 use std::pin::Pin;
 
@@ -11,6 +12,7 @@ use cust::memory::{CopyDestination, DeviceBuffer};
 
 use super::tag::{self, invalid};
 use super::Communicator;
+use crate::core::wire::alltoallv::{device_len_decode, device_len_encode, DEVICE_PART_BATCH};
 use crate::core::FULL_MASK;
 use crate::posting::join_posted;
 use crate::{Error, Result};
@@ -32,17 +34,18 @@ impl Communicator {
         if parts.len() != size {
             return Err(invalid(OP, format!("{} parts for {size} ranks", parts.len())));
         }
-        let lens: Vec<[u8; 8]> = parts.iter().map(|p| (p.len() as u64).to_le_bytes()).collect();
+        let lens: Vec<_> = parts.iter().map(|p| device_len_encode(p.len() as u64)).collect();
         let lens: Vec<&[u8]> = lens.iter().map(|l| &l[..]).collect();
         let mut sizes = Vec::new();
         self.alltoallv_into(&lens, &mut sizes).await?;
         let mut old: Vec<Option<DeviceBuffer<u8>>> = std::mem::take(out).into_iter().map(Some).collect();
         let mut fresh = Vec::with_capacity(size);
         for (r, announced) in sizes.iter().enumerate() {
-            let n = <[u8; 8]>::try_from(&announced[..])
-                .ok()
-                .and_then(|b| usize::try_from(u64::from_le_bytes(b)).ok())
-                .ok_or_else(|| protocol(format!("rank {r} sent a part size of {} bytes, not 8", announced.len())))?;
+            let n = device_len_decode(announced)
+                .map_err(|e| protocol(format!("rank {r} sent a bad part size: {e}")))
+                .and_then(|n| {
+                    usize::try_from(n).map_err(|_| protocol(format!("rank {r} announced {n} bytes, beyond memory")))
+                })?;
             let reused = old.get_mut(r).and_then(Option::take).filter(|b| b.len() == n);
             let buf = match reused {
                 Some(b) => Ok(b),
@@ -65,11 +68,11 @@ impl Communicator {
         for (r, buf) in fresh.iter_mut().enumerate().filter(|(r, _)| *r != me) {
             let ep = self.endpoint(r)?;
             if !parts[r].is_empty() {
-                let (part, t) = (parts[r], tag::own(seq, me, 1, OP)?);
+                let (part, t) = (parts[r], tag::own(seq, me, DEVICE_PART_BATCH, OP)?);
                 ops.push(Box::pin(async move { ep.send_tag(part, t).await }));
             }
             if !buf.is_empty() {
-                let t = tag::own(seq, r, 1, OP)?;
+                let t = tag::own(seq, r, DEVICE_PART_BATCH, OP)?;
                 ops.push(Box::pin(async move {
                     let want = buf.len();
                     let got = ep.recv_tag(buf, t, FULL_MASK).await?;

@@ -19,6 +19,13 @@
 //!
 //! A part whose batches do not fit the tag layout's batch field is refused by [`Announce::new`]
 //! (the sender) and by [`Announce::decode`] (the receiver), never aliased.
+//!
+//! An `alltoallv` of device parts (ucx-async's `alltoallv_device_into`, Python's
+//! `Communicator.alltoallv_device`) is two operations: first a host `alltoallv` whose part
+//! for each rank is the device part's length ([`device_len_encode`], 8 bytes), then, on the
+//! next operation number, each non-empty device part as one message with batch
+//! [`DEVICE_PART_BATCH`] of the tag, straight from device memory to device memory. Device
+//! parts never go inside an announcement or through the bounce pool, which are host memory.
 use std::ops::Range;
 
 use super::collective_tag::MAX_BATCHES;
@@ -63,6 +70,22 @@ pub fn auto_buffered<S: AsRef<str>>(transports: &[S], len: u64) -> bool {
 }
 
 const WHAT: &str = "alltoallv announcement";
+
+/// The tag's batch number of a device part's one message (see the module doc).
+pub const DEVICE_PART_BATCH: usize = 1;
+
+/// Bytes of a device part's length in the first operation (see the module doc).
+pub const DEVICE_LEN: usize = 8;
+
+/// A device part's length as the first operation's part carries it (u64 LE).
+pub fn device_len_encode(len: u64) -> [u8; DEVICE_LEN] {
+    len.to_le_bytes()
+}
+
+/// Decodes a device part's length a peer sent in the first operation.
+pub fn device_len_decode(bytes: &[u8]) -> Result<u64, WireError> {
+    Ok(u64::from_le_bytes(exact("alltoallv device part length", bytes)?))
+}
 
 /// How a part travels: its length and the batch size (0: one message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +200,16 @@ mod tests {
         let a = Announce::new(70_000, 4096).unwrap();
         assert_eq!(hex(&a.encode()), "701101000000000000100000");
         assert_eq!(Announce::decode(&a.encode()), Ok(a));
+    }
+
+    #[test]
+    fn device_lengths_are_8_bytes_le_and_nothing_else() {
+        assert_eq!(hex(&device_len_encode(70_000)), "7011010000000000");
+        assert_eq!(device_len_decode(&device_len_encode(u64::MAX)), Ok(u64::MAX));
+        assert_eq!(
+            device_len_decode(&[1, 2, 3]),
+            Err(WireError::BadLength { what: "alltoallv device part length", expected: 8, got: 3 })
+        );
     }
 
     fn hex(b: &[u8]) -> String {
