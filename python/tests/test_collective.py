@@ -247,11 +247,13 @@ def _result_line(stdout):
     return next((line for line in stdout.splitlines() if line.startswith("RESULT ")), None)
 
 
-def test_python_hash_join_matches_its_single_process_join_and_the_rust_example(rust_examples):
+@pytest.mark.parametrize("exchange", ["host", "device"])
+def test_python_hash_join_matches_its_single_process_join_and_the_rust_example(rust_examples, exchange):
     """examples/python/hash_join.py on 3 ranks: its result equals the single-process join and
-    the Rust example's result for the same tables."""
+    the Rust example's result for the same tables, whether the partitions go through
+    ``alltoallv`` or (sorted by destination, as on a GPU) through ``alltoallv_device``."""
     p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "3", HASH_JOIN_PY, "--rows", "20000"],
+        [sys.executable, "-m", "ucp.launch", "-n", "3", HASH_JOIN_PY, "--rows", "20000", "--exchange", exchange],
         capture_output=True, text=True, timeout=120,
     )
     assert p.returncode == 0, p.stdout + p.stderr

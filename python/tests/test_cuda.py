@@ -1,5 +1,6 @@
 """CUDA buffers: device-to-device tag messages, send_multi/recv_multi with device frames, the
-Dask comm moving a CuPy array, and the collectives' alltoallv_device between two ranks. Needs CuPy and a GPU; skipped (with the reason) otherwise.
+Dask comm moving a CuPy array, and the collectives' alltoallv_device between two ranks (and the
+hash join on it). Needs CuPy and a GPU; skipped (with the reason) otherwise.
 These have run only where a GPU was lent; see the issue notes for when."""
 import asyncio
 import os
@@ -130,6 +131,19 @@ def test_alltoallv_device_between_ranks():
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert all(f"OK rank {r}" in p.stdout for r in range(2)), p.stdout
+
+
+def test_hash_join_on_the_gpu():
+    """examples/python/hash_join.py with CuPy tables exchanged by ``alltoallv_device`` on two
+    ranks: its result equals the single-process join."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "examples", "python", "hash_join.py")
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "2", script, "--rows", "100000", "--memory", "cuda"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "matches the single-process join" in p.stdout, p.stdout
 
 
 _REUSE_SCRIPT = r"""
