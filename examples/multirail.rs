@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo run --release -p ucx-async --example multirail` (starts the peer itself).
 //! Each rail is its own UCX context and worker; `--devices a,b,...` gives rail i the
-//! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail). `--serve --listen` and
+//! `UCX_NET_DEVICES` value of entry i (default `lo` for every rail), `--devices auto` a NIC
+//! per rail from the topology. `--serve --listen` and
 //! `--connect` run the two sides apart, e.g. in two network namespaces joined by one link per
 //! rail (`scripts/bench_multirail_netns.sh`).
 #[path = "common/launch.rs"]
@@ -24,7 +25,7 @@ use ucx_async::{Endpoint, Listener, ProgressMode, RailGroup, Result, Split, Work
 
 const USAGE: &str = "usage: multirail [--modes SINGLE,MR,SPLIT,TEST,PROFILE] [--rails 1,2,4] [--stages 1,2,4]
                  [--ratios 0.5,0.75] [--sizes 1048576,8388608,67108864] [--iters N]
-                 [--devices lo,lo,...] [--plot FILE.svg]
+                 [--devices lo,lo,...|auto] [--plot FILE.svg]
                  [--serve [--listen IP,IP,...] | --connect IP:PORT,IP:PORT,...]
 
 Throughput of one peer process to another over 127.0.0.1, each rail its own UCX context:
@@ -41,7 +42,8 @@ Prints one RESULT line per point (MB/s = 10^6 bytes per second of message data) 
 Without --serve or --connect it starts the peer itself on 127.0.0.1. --serve: be the peer,
 listening for rail i on entry i of --listen (default 127.0.0.1), printing `PORT p0,p1,...`;
 --connect: dial rail i at entry i, instead of starting a peer. Both sides need the same sweep
-options.";
+options. --devices auto: a NIC per rail from the topology, nearest the GPU of this process's
+local rank, else its CPUs (plus `lo` for a rail that meets its peer at a loopback address).";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
@@ -145,12 +147,6 @@ fn options(args: &[String]) -> std::result::Result<Options, String> {
         return Err("--rails: counts start at 1".into());
     }
     let mut devices = list("--devices", "lo");
-    if devices.len() == 1 {
-        devices = vec![devices[0].clone(); max_rails];
-    }
-    if devices.len() < max_rails {
-        return Err(format!("--devices: {} entries for {max_rails} rails", devices.len()));
-    }
     let mut points = Vec::new();
     for &mode in &modes {
         for &rails in &rail_counts {
@@ -204,7 +200,42 @@ fn options(args: &[String]) -> std::result::Result<Options, String> {
             Some(peers)
         }
     };
+    if devices == ["auto"] {
+        // Each rail meets its peer at its --connect or --listen address.
+        let at: Vec<IpAddr> = match &connect {
+            Some(peers) => peers.iter().map(SocketAddr::ip).collect(),
+            None => listen.clone(),
+        };
+        devices = auto_devices(max_rails, &at)?;
+    } else if devices.len() == 1 {
+        devices = vec![devices[0].clone(); max_rails];
+    }
+    if devices.len() < max_rails {
+        return Err(format!("--devices: {} entries for {max_rails} rails", devices.len()));
+    }
     Ok(Options { points, rail_counts, devices, iters, plot, listen, connect })
+}
+
+/// `--devices auto`: each rail's devices from the topology (ucx-topology's
+/// `auto_rail_devices`: a NIC per rail, nearest the GPU of this process's local rank, else its
+/// CPUs; Python's `devices="auto"` too), plus `lo` for a rail that meets its peer at a
+/// loopback address, which only `lo` reaches.
+fn auto_devices(rails: usize, at: &[IpAddr]) -> std::result::Result<Vec<String>, String> {
+    let local = ucx_async::Launch::local_rank().map_err(|e| format!("--devices auto: {e}"))?;
+    let chosen = ucx_topology::Topology::system()
+        .and_then(|t| t.auto_rail_devices(local as u32, rails))
+        .map_err(|e| format!("--devices auto: no devices chosen: {e}"))?;
+    Ok(chosen
+        .iter()
+        .zip(at)
+        .map(|(d, ip)| {
+            let mut d = d.to_string();
+            if ip.is_loopback() && !d.split(',').any(|x| x == "lo") {
+                d.push_str(",lo");
+            }
+            d
+        })
+        .collect())
 }
 
 fn iters_for(opts: &Options, size: usize) -> usize {

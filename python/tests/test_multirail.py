@@ -233,3 +233,40 @@ def test_rail_devices_give_each_rail_a_nic_nearest_the_gpu_first():
         pytest.skip(f"XML topologies need libhwloc: {e}")
     # GPU 0's switch NIC first, then the others by name; the fifth rail reuses the first NIC.
     assert got == ["mlx5_0:1,ib0", "mlx5_1:1,ib1", "mlx5_2:2,ib2", "mlx5_3:1,ib3", "mlx5_0:1,ib0"]
+
+    # No origin: this process's GPU by its local rank (the XML's GPUs are its visible ones).
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        assert rail_devices(4, xml=str(dgx)) == got[:4]
+        os.environ["LOCAL_RANK"] = "7"
+        try:
+            assert rail_devices(2, xml=str(dgx))[0] == "mlx5_3:1,ib3", "GPU 7's own NIC first"
+        finally:
+            del os.environ["LOCAL_RANK"]
+
+
+def test_rails_choose_their_devices_from_the_topology(progress_mode):
+    """``devices="auto"`` on both sides: each rail on a context of its own with the devices
+    ``rail_devices`` picks from this machine's topology (no GPU here: nearest this process's
+    CPUs) plus the interface of the address the rails meet at, and the group moves every byte
+    between them."""
+    from ucp.multirail import rail_devices
+
+    try:
+        want = rail_devices(2)
+    except (OSError, RuntimeError, ValueError) as e:
+        pytest.skip(f"no topology here: {e}")
+
+    async def main():
+        listener = RailListener(2, ip="127.0.0.1", devices="auto")
+        ports = [("127.0.0.1", p) for p in listener.ports]
+        a, b = await asyncio.gather(RailGroup.connect(ports, devices="auto"), asyncio.wait_for(listener.accept(), 10))
+        # Each side's rails also keep 127.0.0.1's interface: the address they meet at.
+        want_here = [d if "lo" in d.split(",") else d + ",lo" for d in want]
+        for group in (a, b):
+            assert [ep._ctx.get_config()["NET_DEVICES"] for ep in group.rails] == want_here
+        await transfer(a, b, pattern(3 << 20, 5), ratio=0.5, stages=2)
+        for group in (a, b):
+            await group.close()
+        listener.close()
+
+    run(main(), timeout=60)

@@ -8,7 +8,7 @@ message come from ucx-core through the extension: the protocol of ucx-async's ``
 
 By default every rail lives on ``ucp``'s one context, so all use the same devices: rails then
 add connections, not NICs. Given ``devices`` (one ``UCX_NET_DEVICES`` value per rail, or
-``rail_devices(...)``'s choice from the topology), each rail gets a UCX context and worker of
+``"auto"``: ``rail_devices()``'s choice from the topology), each rail gets a UCX context and worker of
 its own (an ``ApplicationContext``) on those devices, as ucx-async's rails do.
 
 Buffers are host memory (the buffer protocol) or CUDA arrays (``__cuda_array_interface__``),
@@ -62,18 +62,36 @@ def _on_rail(rail, e):
 def rail_devices(rails, cuda=None, pci=None, cpus=None, xml=None):
     """One ``UCX_NET_DEVICES`` value per rail: a NIC each, nearest the CUDA device ``cuda`` (or
     PCI device ``pci``, or CPU set ``cpus``) first, NICs reused in order when there are fewer
-    than ``rails`` (ucx-topology's ``Topology::rail_devices``). ``xml``: an hwloc XML topology
-    instead of this machine's (default ``UCXPY_TOPOLOGY_XML``)."""
+    than ``rails`` (ucx-topology's ``Topology::rail_devices``). With none of the three: from
+    this process's GPU (its local rank's, as ``net-devices: auto`` picks it), else from the CPUs
+    it may run on (``Topology::auto_rail_devices``). ``xml``: an hwloc XML topology instead of
+    this machine's (default ``UCXPY_TOPOLOGY_XML``)."""
     from ._libs.topological_distance import load_topology
 
-    return load_topology(xml).rail_devices(rails, pci=pci, cuda=cuda, cpus=cpus)
+    topology = load_topology(xml)
+    if cuda is None and pci is None and cpus is None:
+        from .collective import local_rank
+
+        return topology.auto_rail_devices(local_rank(), rails)
+    return topology.rail_devices(rails, pci=pci, cuda=cuda, cpus=cpus)
 
 
-def _rail_contexts(n, devices):
+def _rail_contexts(n, devices, hosts):
     """``None`` for each rail on ucp's context, else one ``ApplicationContext`` per rail on its
-    devices."""
+    devices. ``"auto"``: ``rail_devices(n)``'s, each plus the interface that owns its rail's
+    address in ``hosts`` (a local address, such as 127.0.0.1, is reached only through its own
+    interface, as the Dask comm's ``net-devices: auto`` keeps its listener's)."""
+    from .utils import interface_of
+
     if devices is None:
         return [None] * n
+    if devices == "auto":
+        devices = rail_devices(n)
+        for i, host in enumerate(hosts):
+            own = interface_of(host) if host else None
+            if own is not None and own not in devices[i].split(","):
+                devices[i] += "," + own
+        logger.info("rail devices chosen from the topology: %s", devices)
     if len(devices) != n:
         raise ValueError(f"{len(devices)} device settings for {n} rails")
     return [ApplicationContext({"NET_DEVICES": d}) for d in devices]
@@ -98,11 +116,13 @@ class RailGroup:
     async def connect(cls, addresses, devices=None):
         """Connects rail ``i`` to ``addresses[i]`` (``(host, port)``, a ``RailListener``'s
         ports), all at once, and introduces each rail. ``devices``: one ``UCX_NET_DEVICES``
-        value per rail, each rail then on a UCX context of its own (see the module doc)."""
+        value per rail, each rail then on a UCX context of its own (see the module doc), or
+        ``"auto"`` (``rail_devices``' choice, plus the interface of a rail's address where this
+        host owns it)."""
         n = len(addresses)
         if not 1 <= n <= 64:
             raise ValueError(f"{n} rails: a group has 1 to 64")
-        contexts = _rail_contexts(n, devices)
+        contexts = _rail_contexts(n, devices, [h for h, _ in addresses])
         group = int.from_bytes(os.urandom(8), "little")
 
         async def rail(i, host, port):
@@ -214,7 +234,8 @@ class RailListener:
     """A listener per rail; ``accept()`` returns the next group whose every rail has
     connected and said which group and rail it is. A connection that names another rail
     than its listener's, or no group within 5 s, is dropped and logged. ``devices``: one
-    ``UCX_NET_DEVICES`` value per rail, each rail's listener on a UCX context of its own."""
+    ``UCX_NET_DEVICES`` value per rail, each rail's listener on a UCX context of its own, or
+    ``"auto"`` (``rail_devices``' choice, plus ``ip``'s own interface)."""
 
     def __init__(self, rails, ip=None, devices=None):
         if not 1 <= rails <= 64:
@@ -223,7 +244,8 @@ class RailListener:
         self._pending = {}
         self._ready = asyncio.Queue()
         listen = [
-            (ctx.create_listener if ctx is not None else create_listener) for ctx in _rail_contexts(rails, devices)
+            (ctx.create_listener if ctx is not None else create_listener)
+            for ctx in _rail_contexts(rails, devices, [ip] * rails)
         ]
         self._listeners = [listen[i](partial(self._on_connect, i), ip=ip) for i in range(rails)]
 

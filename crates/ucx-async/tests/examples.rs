@@ -81,6 +81,21 @@ fn multirail_test_mode_checks_every_byte_with_its_own_peer() {
     assert!(profile[3].contains("slowest=rail"), "{stdout}");
 }
 
+/// `--devices auto`: each rail's devices come from this machine's topology (a NIC each, from
+/// the CPUs here), plus `lo`, since the rails meet at 127.0.0.1; both sides move every byte.
+#[test]
+fn multirail_chooses_its_rails_devices_from_the_topology() {
+    let args = ["--devices", "auto", "--modes", "TEST", "--rails", "2", "--stages", "2", "--ratios", "0.5"];
+    let stdout = run_example("multirail", &[&args[..], &["--sizes", "65537", "--iters", "2"]].concat());
+    let header = stdout.lines().find(|l| l.starts_with("# mode rails")).unwrap_or_default();
+    let chosen = header.split("(devices ").nth(1).unwrap_or_default().trim_end_matches(')');
+    let topo = ucx_topology::Topology::system().and_then(|t| t.auto_rail_devices(0, 2)).expect("a topology");
+    let with_lo = |d: String| if d.split(',').any(|x| x == "lo") { d } else { d + ",lo" };
+    let want: Vec<String> = topo.iter().map(|d| with_lo(d.to_string())).collect();
+    assert_eq!(chosen, want.join(","), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("RESULT Test 2 2 0.5 65537 ") && l.ends_with(" OK")), "{stdout}");
+}
+
 /// TEST mode across two network namespaces joined by one veth link per rail
 /// (`scripts/bench_multirail_netns.sh`): the peer listens on each rail's own address, each
 /// rail's context uses only its link, and every byte is checked. Needs root and `ip`; skipped

@@ -113,6 +113,14 @@ impl Topology {
         Ok(list.iter().map(ToString::to_string).collect())
     }
 
+    /// `rail_devices` from the `auto` origin: CUDA device `cuda_device` (index among the
+    /// visible ones) if visible, else the CPUs this process may run on
+    /// (`ucx_topology::Topology::auto_rail_devices`).
+    fn auto_rail_devices(&self, cuda_device: u32, rails: usize) -> PyResult<Vec<String>> {
+        let list = self.inner.auto_rail_devices(cuda_device, rails).map_err(to_py)?;
+        Ok(list.iter().map(ToString::to_string).collect())
+    }
+
     /// The PCI bus id of CUDA device `index` as this process sees it.
     fn cuda_bus_id(&self, index: u32) -> PyResult<String> {
         Ok(self.inner.cuda_bus_id(index).map_err(to_py)?.to_string())

@@ -52,12 +52,27 @@ impl Topology {
     /// `net-devices: auto`, the Python collectives' `net_devices="auto"` and the Rust
     /// examples' `--net-devices auto`.
     pub fn auto_net_devices(&self, cuda_device: u32) -> Result<NetDevices, Error> {
-        match self.net_devices(&Origin::Cuda(cuda_device)) {
+        self.net_devices(&self.auto_origin(cuda_device)?)
+    }
+
+    /// Where `auto` choices measure from: CUDA device `cuda_device` (its index among the
+    /// visible ones) or, when it is not visible (or `CUDA_VISIBLE_DEVICES` cannot be read),
+    /// the CPUs this process may run on.
+    pub fn auto_origin(&self, cuda_device: u32) -> Result<Origin, Error> {
+        let gpu = Origin::Cuda(cuda_device);
+        match self.start(&gpu) {
+            Ok(_) => Ok(gpu),
             Err(Error::UnknownCudaDevice { .. } | Error::BadCudaVisibleDevices { .. }) => {
-                self.net_devices(&Origin::Cpus(CpuSet::current_affinity()?))
+                Ok(Origin::Cpus(CpuSet::current_affinity()?))
             }
-            r => r,
+            Err(e) => Err(e),
         }
+    }
+
+    /// [`Topology::rail_devices`] from [`Topology::auto_origin`]: a rail group's devices
+    /// chosen by itself, for a process driving CUDA device `cuda_device` (else from its CPUs).
+    pub fn auto_rail_devices(&self, cuda_device: u32, rails: usize) -> Result<Vec<NetDevices>, Error> {
+        self.rail_devices(&self.auto_origin(cuda_device)?, rails)
     }
 
     /// One `UCX_NET_DEVICES` value per rail of a multi-rail group of `rails` rails from

@@ -215,3 +215,17 @@ fn auto_net_devices_is_the_gpu_rule_else_the_cpu_rule() {
     let cpus = Origin::Cpus(CpuSet::current_affinity().unwrap());
     assert_eq!(t.auto_net_devices(GPUS.len() as u32).unwrap(), t.net_devices(&cpus).unwrap());
 }
+
+#[test]
+fn auto_rail_devices_start_from_the_gpu_else_from_the_cpus() {
+    let Some(t) = dgx() else { return };
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        println!("skipped: CUDA_VISIBLE_DEVICES is set, and it renumbers the XML's GPUs");
+        return;
+    }
+    let names = |l: Vec<ucx_topology::NetDevices>| l.iter().map(|d| d.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(t.auto_rail_devices(7, 2).unwrap())[0], "mlx5_3:1,ib3");
+    assert_eq!(t.auto_rail_devices(0, 4).unwrap(), t.rail_devices(&pci(GPUS[0]), 4).unwrap());
+    let cpus = Origin::Cpus(CpuSet::current_affinity().unwrap());
+    assert_eq!(t.auto_rail_devices(GPUS.len() as u32, 3).unwrap(), t.rail_devices(&cpus, 3).unwrap());
+}
