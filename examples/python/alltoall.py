@@ -2,8 +2,9 @@
 examples/alltoall.rs and of scripts/alltoallv_mpi.py (mpi4py), with the same sizes and timing
 rule: per pair --min-size (default 1 KiB) up to --max-size (default 64 MiB) by powers of 4,
 4 MiB / size warm-up calls (3 to 1000), then the median over --iters calls (fewer above
-4 MiB) of the slowest rank's time for one call. Parts are NumPy arrays (on huge pages from
-4 MiB, as NumPy allocates them); the received parts reuse one list of bytearrays. Rank 0
+4 MiB) of the slowest rank's time for one call. Parts are slices of one NumPy array (on huge
+pages from 4 MiB, as NumPy allocates them), as MPI's are; the received parts reuse one list of
+bytearrays. Rank 0
 prints one RESULT line per size.
 
 Run: python -m ucp.launch -n 2 examples/python/alltoall.py [--max-size B] [--iters N]
@@ -25,7 +26,10 @@ async def main(args):
     size = max(args.min_size, 1)
     got = []
     while size <= args.max_size:
-        parts = [np.full(size, rank * ranks + r, dtype="u1") for r in range(ranks)]
+        # One array holding every rank's part, as MPI's side has them (NumPy puts arrays of
+        # 4 MiB and more on huge pages, which 4 ranks' 1 MiB parts reach together).
+        send = np.repeat(np.arange(rank * ranks, (rank + 1) * ranks, dtype="u1"), size)
+        parts = [send[r * size : (r + 1) * size] for r in range(ranks)]
         n = max(3, -(-args.iters // 4)) if size > 4 << 20 else args.iters
         for _ in range(min(max((4 << 20) // size, 3), 1000)):
             await comm.alltoallv_into(parts, got)
