@@ -192,3 +192,30 @@ def test_an_inline_receive_still_checks_the_length(fresh_ucp):
         lf.close()
 
     run(main())
+
+
+def test_a_finished_operation_leaves_nothing_queued_on_the_loop(fresh_ucp):
+    """An operation's future watches for its cancellation with a done-callback, which the
+    extension takes off before it sets the result: otherwise asyncio queues a call to it on
+    the loop for every finished operation, and code that finishes operations inline without
+    waiting on the loop (the collectives' spin) piled them up until each check of the loop's
+    ready queue crawled (5000 1 KiB alltoallv calls on 2 ranks: 26 -> 205 µs a call). A
+    cancelled future still cancels its operation in UCX (test_reliability's cancel tests)."""
+    from ucp.continuous_ucx_progress import _is_driver
+
+    async def main():
+        lf, client, server = await pair()
+        loop = asyncio.get_running_loop()
+        buf = bytearray(8)
+        fut = server._post_recv(buf, server._tag("msg_recv", None, False), 0)
+        assert fut is not None, "nothing was sent yet, so the receive is in flight"
+        await client.send(b"12345678")
+        while not fut.done():
+            server._worker.progress()
+        queued = [h for h in loop._ready if not _is_driver(getattr(h._callback, "__self__", None))]
+        assert queued == [], queued
+        assert buf == b"12345678"
+        server._recv_finished()
+        lf.close()
+
+    run(main())

@@ -25,6 +25,7 @@ import time
 
 from . import _ucx_async as _native
 from . import core, framing
+from .continuous_ucx_progress import inline_spin_us
 from ._libs.arr import Array
 from ._libs.ucx_api import UCXAddress
 
@@ -280,6 +281,8 @@ class Communicator:
             # This rank's own part never leaves the process; copied while the peers read theirs.
             _resize(out[me], len(parts[me]))
             _copy_into(out[me], parts[me])
+            if recvs:
+                _spin_until_done(self._eps[me]._worker, [got for _, _, got in recvs if not isinstance(got, int)])
             for k, (r, incoming, got) in enumerate(recvs):
                 waited = k + 1
                 ep = self._eps[r]
@@ -447,11 +450,16 @@ class _Posted:
             f.cancel()
 
     async def settle(self):
-        try:
-            settled = await asyncio.gather(*(f for _, f, _ in self.ops), *self.tasks, return_exceptions=True)
-        except BaseException:
-            self.cancel()  # cancelled: nothing of this call runs on
-            raise
+        futures = [f for _, f, _ in self.ops]
+        if not self.tasks and futures and _spin_until_done(self.ops[0][0]._worker, futures):
+            # All finished inline: their outcomes, with no pass through the event loop.
+            settled = [_outcome(f) for f in futures]
+        else:
+            try:
+                settled = await asyncio.gather(*futures, *self.tasks, return_exceptions=True)
+            except BaseException:
+                self.cancel()  # cancelled: nothing of this call runs on
+                raise
         for (ep, _, is_recv), result in zip(self.ops, settled):
             if not isinstance(result, BaseException):
                 if is_recv:
@@ -461,6 +469,35 @@ class _Posted:
         self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
         if self.failures:
             raise self.failures[0]
+
+
+def _spin_until_done(worker, futures):
+    """Progresses ``worker`` inline until every future in ``futures`` (operations UCX runs)
+    is done, for up to ``UCXPY_SPIN_US`` and only when nothing else on the event loop is ready
+    (``continuous_ucx_progress.inline_spin_us``, as ``Endpoint.send``/``recv`` do). A small
+    collective's messages arrive within microseconds over shared memory, and every pass
+    through the event loop costs more than that. Returns whether all are done."""
+    pending = [f for f in futures if not f.done()]
+    if not pending:
+        return True
+    budget = inline_spin_us()
+    if not budget:
+        return False
+    deadline = time.perf_counter() + budget * 1e-6
+    while pending:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        worker.spin(int(left * 1e6) + 1)
+        pending = [f for f in pending if not f.done()]
+    return True
+
+
+def _outcome(future):
+    """A done future's result, or its exception (as ``gather(return_exceptions=True)``)."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception() or future.result()
 
 
 def _copy_into(buf, data):

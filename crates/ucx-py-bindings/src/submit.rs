@@ -46,13 +46,13 @@ pub(crate) fn track<B: Send + 'static>(
     }
     // Making the future runs Python, which may let another thread progress and drain
     // meanwhile: `Engine::keep` copes with a completion drained before it.
-    let (target, ret) = Target::new(py, on_done)?;
+    let (mut target, ret) = Target::new(py, on_done)?;
+    if let Some(fut) = &ret {
+        target.watch_cancel(cancel_with(engine, py, id, fut.bind(py))?);
+    }
     engine.keep(py, id, owned, Sink::Target(target), expect, owner);
     match ret {
-        Some(fut) => {
-            cancel_with(engine, py, id, fut.bind(py))?;
-            Ok(Some(fut))
-        }
+        Some(fut) => Ok(Some(fut)),
         None => Ok(Some(Py::new(py, Request { id, engine: Arc::downgrade(engine) })?.into_any())),
     }
 }
@@ -93,8 +93,9 @@ pub(crate) fn track_spinning<B: Send + 'static>(
 
 /// Makes cancelling `fut` (a task cancel, a `wait_for` timeout) cancel operation `id` in UCX.
 /// The callback is added before any task awaits the future, so it runs before the cancelled
-/// task resumes: when the caller sees the cancellation, UCX has let go.
-fn cancel_with(engine: &Arc<Engine>, py: Python<'_>, id: u64, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+/// task resumes: when the caller sees the cancellation, UCX has let go. Returns the callback,
+/// for the target to take off when it resolves the future.
+fn cancel_with(engine: &Arc<Engine>, py: Python<'_>, id: u64, fut: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let engine = Arc::downgrade(engine);
     let on_done = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
         let fut = args.get_item(0)?;
@@ -105,6 +106,6 @@ fn cancel_with(engine: &Arc<Engine>, py: Python<'_>, id: u64, fut: &Bound<'_, Py
         }
         Ok(())
     })?;
-    fut.call_method1(pyo3::intern!(py, "add_done_callback"), (on_done,))?;
-    Ok(())
+    fut.call_method1(pyo3::intern!(py, "add_done_callback"), (&on_done,))?;
+    Ok(on_done.into_any().unbind())
 }

@@ -21,8 +21,10 @@ static PEEK_RUNNING_LOOP: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 pub(crate) type Undelivered = Box<dyn FnOnce(Python<'_>, Py<PyAny>) + Send>;
 
 pub(crate) enum Target {
-    /// An asyncio future of `event_loop`.
-    Future { fut: Py<PyAny>, event_loop: Py<PyAny> },
+    /// An asyncio future of `event_loop`, and the done-callback that cancels its operation if
+    /// the future is cancelled (taken off before a result is set: it has nothing to do then,
+    /// and asyncio would otherwise queue a call to it on the loop for every operation).
+    Future { fut: Py<PyAny>, event_loop: Py<PyAny>, on_cancel: Option<Py<PyAny>> },
     /// Called as `callback(value, exception)` (one of them `None`).
     Callback(Py<PyAny>),
 }
@@ -40,7 +42,15 @@ impl Target {
         })?;
         let event_loop = get.bind(py).call0()?;
         let fut = event_loop.call_method0(pyo3::intern!(py, "create_future"))?.unbind();
-        Ok((Target::Future { fut: fut.clone_ref(py), event_loop: event_loop.unbind() }, Some(fut)))
+        Ok((Target::Future { fut: fut.clone_ref(py), event_loop: event_loop.unbind(), on_cancel: None }, Some(fut)))
+    }
+
+    /// Records `callback`, added to the future to act on its cancellation, so that resolving
+    /// the future takes it off first.
+    pub(crate) fn watch_cancel(&mut self, callback: Py<PyAny>) {
+        if let Target::Future { on_cancel, .. } = self {
+            *on_cancel = Some(callback);
+        }
     }
 
     /// A future of the running loop that is already resolved with `outcome`.
@@ -81,7 +91,9 @@ impl Target {
                 let (value, exc) = split(py, outcome);
                 cb.bind(py).call1((value, exc)).map(drop)
             }
-            Target::Future { fut, event_loop } => resolve_future(py, fut, event_loop, outcome, undelivered),
+            Target::Future { fut, event_loop, on_cancel } => {
+                resolve_future(py, fut, event_loop, on_cancel, outcome, undelivered)
+            }
         };
         if let Err(e) = res {
             e.write_unraisable(py, None);
@@ -100,6 +112,7 @@ fn resolve_future(
     py: Python<'_>,
     fut: Py<PyAny>,
     event_loop: Py<PyAny>,
+    on_cancel: Option<Py<PyAny>>,
     outcome: Outcome,
     undelivered: impl FnOnce() -> Option<Undelivered>,
 ) -> PyResult<()> {
@@ -108,7 +121,11 @@ fn resolve_future(
     let running = peek.bind(py).call0()?;
     let (value, exc) = split(py, outcome);
     if running.is(event_loop.bind(py)) {
-        set_or(fut.bind(py), value.bind(py), exc.bind(py), undelivered)
+        let fut = fut.bind(py);
+        if let Some(cb) = on_cancel.filter(|_| !is_done(fut)) {
+            fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (cb,))?;
+        }
+        set_or(fut, value.bind(py), exc.bind(py), undelivered)
     } else {
         // Another thread's loop: hand the result over; ignore a loop that has closed. The
         // caller may cancel the future before its loop runs the hand-over.
@@ -133,6 +150,11 @@ fn resolve_future(
     }
 }
 
+/// Whether `fut` is done (an error asking counts as done: nothing can be set on it).
+fn is_done(fut: &Bound<'_, PyAny>) -> bool {
+    fut.call_method0(pyo3::intern!(fut.py(), "done")).and_then(|d| d.is_truthy()).unwrap_or(true)
+}
+
 /// Sets a future's result or exception unless it is already done (cancelled); a value that
 /// finds it done goes to `undelivered`.
 fn set_or(
@@ -142,7 +164,7 @@ fn set_or(
     undelivered: impl FnOnce() -> Option<Undelivered>,
 ) -> PyResult<()> {
     let py = fut.py();
-    if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
+    if is_done(fut) {
         if let Some(undelivered) = if exc.is_none() { undelivered() } else { None } {
             undelivered(py, value.clone().unbind());
         }

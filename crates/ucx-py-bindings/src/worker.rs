@@ -57,6 +57,21 @@ impl Worker {
         delivered
     }
 
+    /// Progresses (GIL released) until an operation finishes or something arrives, or
+    /// `spin_us` microseconds pass, then delivers it. For a caller waiting on several
+    /// operations it expects within microseconds (a collective's messages over shared memory),
+    /// which then finish without a pass through the event loop. Returns whether anything was
+    /// delivered.
+    fn spin(&self, py: Python<'_>, spin_us: u64) -> bool {
+        let engine = &self.engine;
+        py.allow_threads(|| engine.spin_until(spin_us, || engine.has_news()));
+        let delivered = engine.drain(py);
+        // As after `progress`: the spin may have consumed a wake-up the driver sleeps on, or
+        // left the worker unarmed, so the driver gets a pass (deduplicated).
+        engine.needs_progress(py);
+        delivered
+    }
+
     /// One pass of the blocking-mode driver: progress and deliver; if nothing arrived while
     /// operations are in flight, keep progressing (GIL released) for up to `spin_us`
     /// microseconds, since waking from the fd costs tens of microseconds (or more) on a
