@@ -227,8 +227,9 @@ class Communicator:
         """``alltoallv`` into ``out``, a list made into one bytearray per rank, each resized to
         what that rank sends: called again with the same list, it reuses those bytearrays'
         memory (no allocation once they have grown to their sizes)."""
-        if len(parts) != self.size:
-            raise ValueError(f"{len(parts)} parts for {self.size} ranks")
+        size = self.size
+        if len(parts) != size:
+            raise ValueError(f"{len(parts)} parts for {size} ranks")
         parts = [memoryview(p).cast("B") for p in parts]
         me = self._rank
         # Decided, and checked against the tag layout, before anything is sent: a refused part
@@ -237,18 +238,18 @@ class Communicator:
         announce = []  # per rank: the announcement message, and whether the part is in it
         for r, (p, b) in enumerate(zip(parts, batches)):
             try:
-                head, inline = _native.alltoallv_announce(len(p), b, self.size)
+                head, inline = _native.alltoallv_announce(len(p), b, size)
             except ValueError as e:
                 raise ValueError(f"the part for rank {r} ({len(p)} bytes in batches of {b}): {e}") from None
             announce.append((head + p if inline and r != me else head, inline))
         seq = self._next_seq()
         # Each peer gets an announcement (batch 0, small parts inside it: ucx-core's
         # wire::alltoallv), then the rest of its part (batches 1 and up).
-        room = _native.alltoallv_announce_room(self.size)
+        room = _native.alltoallv_announce_room(size)
         tag = _native.collective_own_tag
-        del out[self.size :]
-        out.extend(bytearray() for _ in range(self.size - len(out)))
-        for r in range(self.size):
+        del out[size:]
+        out.extend(bytearray() for _ in range(size - len(out)))
+        for r in range(size):
             if not isinstance(out[r], bytearray):
                 out[r] = bytearray()
 
@@ -256,7 +257,7 @@ class Communicator:
         # messages behind it), is posted before anything waits (``_Posted``); parts sent through
         # the bounce pool run as tasks, and every part's receives are posted once its
         # announcement has arrived. As in ucx-async, no peer waits for another's announcement.
-        peers = [r for r in range(self.size) if r != me]
+        peers = [r for r in range(size) if r != me]
         posted = _Posted()
         recvs = []  # (rank, its buffer, its length or future): announcements, waited in turn
         for r in peers:
@@ -290,7 +291,7 @@ class Communicator:
                     n = await ep._recv_up_to_done(got)
                     try:
                         length, batch, data = _native.alltoallv_announce_decode(
-                            bytes(memoryview(incoming)[:n]), self.size
+                            bytes(memoryview(incoming)[:n]), size
                         )
                     except ValueError as e:
                         raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
@@ -451,7 +452,7 @@ class _Posted:
 
     async def settle(self):
         futures = [f for _, f, _ in self.ops]
-        if not self.tasks and futures and _spin_until_done(self.ops[0][0]._worker, futures):
+        if not self.tasks and (not futures or _spin_until_done(self.ops[0][0]._worker, futures)):
             # All finished inline: their outcomes, with no pass through the event loop.
             settled = [_outcome(f) for f in futures]
         else:
