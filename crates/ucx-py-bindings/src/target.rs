@@ -123,7 +123,9 @@ fn resolve_future(
     if running.is(event_loop.bind(py)) {
         let fut = fut.bind(py);
         if let Some(cb) = on_cancel.filter(|_| !is_done(fut)) {
-            fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (cb,))?;
+            // Should taking it off fail, the callback merely runs and finds nothing to cancel:
+            // the result must be set either way.
+            let _ = fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (cb,));
         }
         set_or(fut, value.bind(py), exc.bind(py), undelivered)
     } else {
