@@ -44,8 +44,8 @@ impl Communicator {
             let n = device_len_decode(announced)
                 .map_err(|e| protocol(format!("rank {r} sent a bad part size: {e}")))
                 .and_then(|n| {
-                    usize::try_from(n).map_err(|_| protocol(format!("rank {r} announced {n} bytes, beyond memory")))
-                })?;
+                usize::try_from(n).map_err(|_| protocol(format!("rank {r} announced {n} bytes, beyond memory")))
+            })?;
             let reused = old.get_mut(r).and_then(Option::take).filter(|b| b.len() == n);
             let buf = match reused {
                 Some(b) => Ok(b),
