@@ -327,10 +327,11 @@ class Communicator:
         from memory to memory (UCX's CUDA transports: CUDA IPC between processes on one node),
         this rank's own part included (through its loopback endpoint). Never inline and never
         through the bounce pool, which are host memory. The same messages as ucx-async's
-        ``alltoallv_device_into`` (ucx-core's ``wire::alltoallv``; a job mixing the two on device
-        memory has not run yet). It uses two operation numbers. A part the allocator cannot hold fails the
-        call on this rank only after the sizes went out: the peers then wait for this rank's
-        parts, so the job must end (the launchers end it when a rank exits with an error)."""
+        ``alltoallv_device_into`` (ucx-core's ``wire::alltoallv``; a job mixing the two on
+        device memory has not run yet). It uses two operation numbers. A part the allocator
+        cannot hold fails the call on this rank only after the sizes went out: the peers then
+        wait for this rank's parts, so the job must end (the launchers end it when a rank
+        exits with an error)."""
         if len(parts) != self.size:
             raise ValueError(f"{len(parts)} parts for {self.size} ranks")
         arrays = []
