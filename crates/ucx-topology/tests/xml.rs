@@ -200,13 +200,19 @@ fn four_rails_from_a_gpu_take_its_switch_nic_first_then_the_others() {
     assert_eq!(from_gpu7[0], "mlx5_3:1,ib3");
 }
 
-#[test]
-fn auto_net_devices_is_the_gpu_rule_else_the_cpu_rule() {
-    let Some(t) = dgx() else { return };
+/// The XML, for tests that name its GPUs by CUDA index: `None` (skipped) where
+/// `CUDA_VISIBLE_DEVICES` renumbers them.
+fn dgx_by_cuda_index() -> Option<Topology> {
     if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
         println!("skipped: CUDA_VISIBLE_DEVICES is set, and it renumbers the XML's GPUs");
-        return;
+        return None;
     }
+    dgx()
+}
+
+#[test]
+fn auto_net_devices_is_the_gpu_rule_else_the_cpu_rule() {
+    let Some(t) = dgx_by_cuda_index() else { return };
     for i in 0..GPUS.len() as u32 {
         assert_eq!(t.auto_net_devices(i).unwrap(), t.net_devices(&Origin::Cuda(i)).unwrap(), "GPU {i}");
     }
@@ -218,11 +224,7 @@ fn auto_net_devices_is_the_gpu_rule_else_the_cpu_rule() {
 
 #[test]
 fn auto_rail_devices_start_from_the_gpu_else_from_the_cpus() {
-    let Some(t) = dgx() else { return };
-    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
-        println!("skipped: CUDA_VISIBLE_DEVICES is set, and it renumbers the XML's GPUs");
-        return;
-    }
+    let Some(t) = dgx_by_cuda_index() else { return };
     let names = |l: Vec<ucx_topology::NetDevices>| l.iter().map(|d| d.to_string()).collect::<Vec<_>>();
     assert_eq!(names(t.auto_rail_devices(7, 2).unwrap())[0], "mlx5_3:1,ib3");
     assert_eq!(t.auto_rail_devices(0, 4).unwrap(), t.rail_devices(&pci(GPUS[0]), 4).unwrap());
