@@ -8,8 +8,8 @@ message come from ucx-core through the extension: the protocol of ucx-async's ``
 
 By default every rail lives on ``ucp``'s one context, so all use the same devices: rails then
 add connections, not NICs. Given ``devices`` (one ``UCX_NET_DEVICES`` value per rail, or
-``"auto"``: ``rail_devices()``'s choice from the topology), each rail gets a UCX context and worker of
-its own (an ``ApplicationContext``) on those devices, as ucx-async's rails do.
+``"auto"``: ``rail_devices()``'s choice from the topology), each rail gets a UCX context and
+worker of its own (an ``ApplicationContext``) on those devices, as ucx-async's rails do.
 
 Buffers are host memory (the buffer protocol) or CUDA arrays (``__cuda_array_interface__``),
 cut into chunks by ``ucp._libs.arr.byte_view``; the two sides' memory types may differ.
