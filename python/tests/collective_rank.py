@@ -7,6 +7,8 @@ beside Rust ranks). Modes:
   (sizes 1 KiB to MAX by powers of 4, 4 MiB / size warm-ups (3 to 1000), then ITERS x (barrier, alltoallv, allgather
   of 8 bytes)), so it can stand in for one of its ranks; the parts' bytes are checked.
 
+- ``device-allocation-fails``: ``alltoallv_device`` where rank 1's allocator raises: rank 1's
+  call raises it, the others' complete whole, and a second call works on every rank.
 - ``device [host]``: ``alltoallv_device`` with random sizes (zero included) over rounds, on
   CuPy arrays (needs a GPU), or with ``host`` on NumPy arrays received into bytearrays (the
   same messages, on any machine); every byte checked.
@@ -144,6 +146,32 @@ async def device_alltoallv(c, on_host):
     await c.barrier()
 
 
+async def device_allocation_fails(c):
+    """``alltoallv_device`` where rank 1's allocator fails: rank 1 raises the allocator's
+    error, every other rank's call completes with every part, and the communicator stays in
+    step (a second call after it works everywhere)."""
+    def allocator(n):
+        if c.rank == 1:
+            raise MemoryError("no room for a part (on purpose)")
+        return bytearray(n)
+
+    sizes = [0, 10, 100_000, 3 << 20]  # inline-sized to rendezvous-sized
+    parts = [bytes([c.rank * 16 + d]) * sizes[(c.rank + d) % 4] for d in range(c.size)]
+    try:
+        got = await asyncio.wait_for(c.alltoallv_device(parts, allocator), 30)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"rank {c.rank}: alltoallv_device hung on rank 1's failed allocation") from None
+    except MemoryError:
+        assert c.rank == 1
+    else:
+        assert c.rank != 1, "rank 1's allocator failed, and its call did not say so"
+        for s, b in enumerate(got):
+            assert bytes(b) == bytes([s * 16 + c.rank]) * sizes[(s + c.rank) % 4], (c.rank, s, len(b))
+    got = await asyncio.wait_for(c.alltoallv_device(parts, bytearray), 30)
+    for s, b in enumerate(got):
+        assert bytes(b) == bytes([s * 16 + c.rank]) * sizes[(s + c.rank) % 4], ("after", c.rank, s, len(b))
+
+
 async def rank_gone(c):
     """The last rank leaves without a word; the others' alltoallv of 1 MiB parts fails for it,
     but only once their own exchange has settled: each has the others' parts whole."""
@@ -181,6 +209,8 @@ async def main():
         c.set_data_path(path[0], batch=int(path[1]))
     if mode == "device":
         await device_alltoallv(c, args[:1] == ["host"])
+    elif mode == "device-allocation-fails":
+        await device_allocation_fails(c)
     elif mode == "selftest":
         # Which transports reach the next rank: CMA only without error handling.
         print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)

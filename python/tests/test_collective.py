@@ -138,6 +138,18 @@ def test_a_rank_that_leaves_costs_the_others_nothing_of_each_others():
         assert status == 0 and f"FAILED AS EXPECTED rank {rank}" in stdout and f"OK rank {rank}" in stdout, (rank, status, stdout)
 
 
+def test_alltoallv_device_survives_a_rank_whose_allocation_fails():
+    """Rank 1 of 3 cannot allocate room for the parts ``alltoallv_device`` announced to it:
+    it receives and drops them, raises its allocator's error, and the others' calls complete
+    with every part; a second call then works on every rank (the communicator stayed in step)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "device-allocation-fails"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
 def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n")

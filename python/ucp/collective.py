@@ -27,6 +27,7 @@ from . import _ucx_async as _native
 from . import core, framing
 from .continuous_ucx_progress import inline_spin_us
 from ._libs.arr import Array
+from ._libs.exceptions import UCXCanceled, UCXCloseError, UCXError, UCXMsgTruncated
 from ._libs.ucx_api import UCXAddress
 
 __all__ = ["Communicator", "launch_env", "local_rank", "rank_net_devices"]
@@ -328,10 +329,10 @@ class Communicator:
         this rank's own part included (through its loopback endpoint). Never inline and never
         through the bounce pool, which are host memory. The same messages as ucx-async's
         ``alltoallv_device_into`` (ucx-core's ``wire::alltoallv``; a job mixing the two on
-        device memory has not run yet). It uses two operation numbers. A part the allocator
-        cannot hold fails the call on this rank only after the sizes went out: the peers then
-        wait for this rank's parts, so the job must end (the launchers end it when a rank
-        exits with an error)."""
+        device memory has not run yet). It uses two operation numbers. Where the allocator
+        fails (or gives a buffer of the wrong size), the part is received and dropped, the
+        call completes on every other rank, and this rank then raises the allocator's
+        error; the communicator stays usable."""
         if len(parts) != self.size:
             raise ValueError(f"{len(parts)} parts for {self.size} ranks")
         arrays = []
@@ -352,22 +353,41 @@ class Communicator:
                 sizes.append(_native.alltoallv_device_len_decode(bytes(b)))
             except ValueError as e:
                 raise ValueError(f"rank {r} sent a bad part size: {e}") from None
-        out = []
+        # The peers know the sizes now and will send: a part this rank has no room for is
+        # still received, and dropped, so the call completes everywhere else and the
+        # communicator stays in step; this rank then raises the allocator's error.
+        out, failure = [], None
         for r, n in enumerate(sizes):
-            buf = allocator(n)
-            if Array(buf).nbytes != n:
-                raise ValueError(f"the allocator gave {Array(buf).nbytes} bytes for rank {r}'s part of {n}")
+            try:
+                buf = allocator(n)
+                if Array(buf).nbytes != n:
+                    raise ValueError(f"the allocator gave {Array(buf).nbytes} bytes for rank {r}'s part of {n}")
+            except Exception as e:
+                failure, buf = failure or e, None
             out.append(buf)
         seq = self._next_seq()
         me, batch, tag = self._rank, _native.alltoallv_device_part_batch(), _native.collective_own_tag
         posted = _Posted()
-        for r in range(self.size):
-            if sizes[r]:
-                posted.recv(self._eps[r], out[r], tag(seq, r, batch))
+        sent_own = True
         for r in range(self.size):
             if arrays[r].nbytes:
-                posted.send(self._eps[r], parts[r], tag(seq, me, batch))
-        await posted.settle()
+                posted_ok = posted.send(self._eps[r], parts[r], tag(seq, me, batch))
+                sent_own = sent_own if r != me else posted_ok
+        for r in range(self.size):
+            if not sizes[r] or (r == me and not sent_own):  # no own part is coming: none to wait for
+                continue
+            if out[r] is None:
+                posted.discard(self._eps[r], tag(seq, r, batch))
+            else:
+                posted.recv(self._eps[r], out[r], tag(seq, r, batch))
+        try:
+            await posted.settle()
+        except Exception:
+            if failure is None:
+                raise
+            raise failure  # this rank's own failure first; the transfers' is its context
+        if failure is not None:
+            raise failure
         return out
 
     def _batch_for(self, r, nbytes):
@@ -416,7 +436,7 @@ class _Posted:
     and nothing of the call runs on after it."""
 
     def __init__(self):
-        self.ops = []  # (endpoint, future, whether a receive) of what UCX has not finished
+        self.ops = []  # (endpoint, future, whether a receive, or _DISCARD) of what UCX has not finished
         self.tasks = []
         self.failures = []
 
@@ -431,6 +451,22 @@ class _Posted:
             ep._recv_finished()
         else:
             self.ops.append((ep, fut, True))
+
+    def discard(self, ep, tag):
+        """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
+        room UCX cuts the message short and its sender still completes (rendezvous
+        included); only a failure of the endpoint counts against it."""
+        try:
+            fut = ep._post_recv(bytearray(1), tag, 0)
+        except Exception as e:
+            if not _cut_short(e):
+                self.failures.append(e)
+                return
+            fut = None
+        if fut is None:
+            ep._recv_finished()
+        else:
+            self.ops.append((ep, fut, _DISCARD))
 
     def send(self, ep, buffer, tag, fast=False):
         """Posts a send on ``tag``; whether it was posted (False: it failed at once)."""
@@ -463,6 +499,9 @@ class _Posted:
                 self.cancel()  # cancelled: nothing of this call runs on
                 raise
         for (ep, _, is_recv), result in zip(self.ops, settled):
+            if is_recv is _DISCARD and (not isinstance(result, BaseException) or _cut_short(result)):
+                ep._recv_finished()
+                continue
             if not isinstance(result, BaseException):
                 if is_recv:
                     ep._recv_finished()
@@ -471,6 +510,16 @@ class _Posted:
         self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
         if self.failures:
             raise self.failures[0]
+
+
+# The kind of a `_Posted` operation that receives a message only to drop it.
+_DISCARD = "discard"
+
+
+def _cut_short(e):
+    """Whether a receive's error says only that the message was longer than its room (UCX's
+    truncation, or our length check), not that the endpoint failed or closed."""
+    return isinstance(e, (UCXError, UCXMsgTruncated)) and not isinstance(e, (UCXCanceled, UCXCloseError))
 
 
 def _spin_until_done(worker, futures):

@@ -294,6 +294,17 @@ async fn message_larger_than_buffer_is_an_error() {
     let mut small = [0u8; 10];
     let e = client.recv(&mut small).await.unwrap_err();
     assert_eq!(e.status(), Status::MessageTruncated, "{e}");
+    // A rendezvous-sized message too: the receive is cut short and the sender still completes,
+    // which `alltoallv_device_into` relies on to drop a part it has no room for.
+    let big = vec![2u8; 1 << 20];
+    let mut one = [0u8; 1];
+    let (sent, got) = tokio::join!(server.send(&big[..]), client.recv(&mut one));
+    sent.unwrap();
+    assert_eq!(got.unwrap_err().status(), Status::MessageTruncated);
+    // And the endpoints carry on.
+    let (sent, got) = tokio::join!(server.send(&[3u8; 10][..]), client.recv(&mut small));
+    sent.unwrap();
+    assert_eq!((got.unwrap(), small), (10, [3u8; 10]));
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use cust::memory::{CopyDestination, DeviceBuffer};
 use super::tag::{self, invalid};
 use super::Communicator;
 use crate::core::wire::alltoallv::{device_len_decode, device_len_encode, DEVICE_PART_BATCH};
-use crate::core::FULL_MASK;
+use crate::core::{Status, FULL_MASK};
 use crate::posting::join_posted;
 use crate::{Error, Result};
 
@@ -24,7 +24,10 @@ impl Communicator {
     /// `out[r]` becomes a device buffer holding what rank `r` sent this rank (a buffer already
     /// there is reused when its length is unchanged). The CUDA context must be current on the
     /// calling thread, as for every UCX operation on device memory. As with host parts, every
-    /// peer's transfer settles before an error is returned.
+    /// peer's transfer settles before an error is returned. A part this rank cannot allocate a
+    /// buffer for is received into one byte and dropped, so the other ranks' calls complete
+    /// and the communicator stays in step; the allocation's error is returned (and `out` left
+    /// empty).
     pub async fn alltoallv_device_into(
         &self,
         parts: &[&DeviceBuffer<u8>],
@@ -39,7 +42,12 @@ impl Communicator {
         let mut sizes = Vec::new();
         self.alltoallv_into(&lens, &mut sizes).await?;
         let mut old: Vec<Option<DeviceBuffer<u8>>> = std::mem::take(out).into_iter().map(Some).collect();
+        // The peers know the sizes now and will send: a part this rank has no room for is
+        // still received, and dropped, so the call completes on every other rank and the
+        // communicator stays in step; this rank then returns the first such error.
+        let mut failure = None;
         let mut fresh = Vec::with_capacity(size);
+        let mut lens = Vec::with_capacity(size);
         for (r, announced) in sizes.iter().enumerate() {
             let n = device_len_decode(announced)
                 .map_err(|e| protocol(format!("rank {r} sent a bad part size: {e}")))
@@ -53,15 +61,21 @@ impl Communicator {
                 None if n == 0 => DeviceBuffer::from_slice(&[]),
                 None => DeviceBuffer::zeroed(n),
             };
+            lens.push(n);
             fresh.push(
-                buf.map_err(|e| protocol(format!("rank {r}'s part of {n} bytes: no device buffer for it ({e:?})")))?,
+                buf.map_err(|e| {
+                    failure.get_or_insert(protocol(format!(
+                        "rank {r}'s part of {n} bytes: no device buffer for it ({e:?})"
+                    )))
+                })
+                .ok(),
             );
         }
         let me = self.rank();
-        if !parts[me].is_empty() {
-            fresh[me]
-                .copy_from(parts[me])
-                .map_err(|e| protocol(format!("copying this rank's own part on the device: {e:?}")))?;
+        if let (false, Some(own)) = (parts[me].is_empty(), fresh[me].as_mut()) {
+            if let Err(e) = own.copy_from(parts[me]) {
+                failure.get_or_insert(protocol(format!("copying this rank's own part on the device: {e:?}")));
+            }
         }
         let seq = self.next_seq();
         let mut ops: Vec<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = Vec::new();
@@ -71,21 +85,37 @@ impl Communicator {
                 let (part, t) = (parts[r], tag::own(seq, me, DEVICE_PART_BATCH, OP)?);
                 ops.push(Box::pin(async move { ep.send_tag(part, t).await }));
             }
-            if !buf.is_empty() {
-                let t = tag::own(seq, r, DEVICE_PART_BATCH, OP)?;
-                ops.push(Box::pin(async move {
-                    let want = buf.len();
+            let want = lens[r];
+            if want == 0 {
+                continue;
+            }
+            let t = tag::own(seq, r, DEVICE_PART_BATCH, OP)?;
+            match buf {
+                Some(buf) => ops.push(Box::pin(async move {
                     let got = ep.recv_tag(buf, t, FULL_MASK).await?;
                     if got != want {
                         return Err(protocol(format!("rank {r} announced {want} bytes and sent {got}")));
                     }
                     Ok(())
-                }));
+                })),
+                // No room: one byte of it, so UCX cuts the message short (its sender still
+                // completes); only a failure of the endpoint counts.
+                None => ops.push(Box::pin(async move {
+                    let mut drop_it = [0u8; 1];
+                    match ep.recv_tag(&mut drop_it[..], t, FULL_MASK).await {
+                        Err(e) if e.status() == Status::MessageTruncated => Ok(()),
+                        r => r.map(drop),
+                    }
+                })),
             }
         }
         let failed = join_posted(ops).await.into_iter().find_map(Result::err);
-        *out = fresh;
-        failed.map_or(Ok(()), Err)
+        if let Some(e) = failure.or(failed) {
+            // `out` stays empty: not every rank's buffer exists (the next call allocates anew).
+            return Err(e);
+        }
+        *out = fresh.into_iter().flatten().collect();
+        Ok(())
     }
 }
 
