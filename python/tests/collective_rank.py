@@ -9,6 +9,8 @@ beside Rust ranks). Modes:
 
 - ``device-allocation-fails``: ``alltoallv_device`` where rank 1's allocator raises: rank 1's
   call raises it, the others' complete whole, and a second call works on every rank.
+- ``huge-announcement``: rank 1 announces a part of 2**50 bytes to rank 0 (and sends 1000):
+  rank 0's call fails naming the size, the others' complete whole, a second call works.
 - ``device [host]``: ``alltoallv_device`` with random sizes (zero included) over rounds, on
   CuPy arrays (needs a GPU), or with ``host`` on NumPy arrays received into bytearrays (the
   same messages, on any machine); every byte checked.
@@ -172,6 +174,45 @@ async def device_allocation_fails(c):
         assert bytes(b) == bytes([s * 16 + c.rank]) * sizes[(s + c.rank) % 4], ("after", c.rank, s, len(b))
 
 
+async def huge_announcement(c):
+    """Rank 1 tells rank 0 its part is 2**50 bytes (and sends 1000): rank 0 cannot make room,
+    receives the message only to drop it, and its call fails naming the size; ranks 1 and 2
+    complete theirs whole, and a second call works on every rank."""
+    import ucp.collective as collective
+
+    honest = collective._native
+
+    class Liar:
+        def __getattr__(self, name):
+            return getattr(honest, name)
+
+        @staticmethod
+        def alltoallv_announce(length, batch, world):
+            if length == 1000:  # the part for rank 0
+                return honest.alltoallv_announce(1 << 50, 0, world)[0], False
+            return honest.alltoallv_announce(length, batch, world)
+
+    def part_for(src, dst):
+        return bytes([src * 16 + dst]) * (1000 if (src, dst) == (1, 0) else 100_000)
+
+    if c.rank == 1:
+        collective._native = Liar()
+    try:
+        got = await asyncio.wait_for(c.alltoallv([part_for(c.rank, d) for d in range(c.size)]), 30)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"rank {c.rank}: alltoallv hung on rank 1's announcement") from None
+    except MemoryError as e:
+        assert c.rank == 0 and "rank 1 announced a part of 1125899906842624 bytes" in str(e), e
+    else:
+        assert c.rank != 0, "rank 0 took a part of 2**50 bytes"
+        for s, b in enumerate(got):
+            assert bytes(b) == part_for(s, c.rank), (c.rank, s, len(b))
+    finally:
+        collective._native = honest
+    got = await asyncio.wait_for(c.alltoallv([bytes([c.rank]) * 5000 for _ in range(c.size)]), 30)
+    assert [bytes(b) for b in got] == [bytes([s]) * 5000 for s in range(c.size)], "the call after"
+
+
 async def rank_gone(c):
     """The last rank leaves without a word; the others' alltoallv of 1 MiB parts fails for it,
     but only once their own exchange has settled: each has the others' parts whole."""
@@ -211,6 +252,8 @@ async def main():
         await device_alltoallv(c, args[:1] == ["host"])
     elif mode == "device-allocation-fails":
         await device_allocation_fails(c)
+    elif mode == "huge-announcement":
+        await huge_announcement(c)
     elif mode == "selftest":
         # Which transports reach the next rank: CMA only without error handling.
         print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)

@@ -150,6 +150,18 @@ def test_alltoallv_device_survives_a_rank_whose_allocation_fails():
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
 
 
+def test_a_part_too_large_to_allocate_fails_only_its_receiver():
+    """Rank 1 announces 2**50 bytes to rank 0: rank 0 cannot allocate them, drops the message
+    that comes (so rank 1's send completes) and fails its call naming the size; ranks 1 and 2
+    complete theirs, and the next call works on every rank."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "huge-announcement"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
 def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n")

@@ -299,13 +299,22 @@ class Communicator:
                 except Exception as e:
                     posted.failures.append(e)
                     continue
-                _resize(out[r], length)
+                messages = _native.alltoallv_messages(length, batch) if data is None else []
+                try:
+                    _resize(out[r], length)
+                except (MemoryError, OverflowError):
+                    # No room for the part: its messages are received and dropped, so its
+                    # sender completes; this call then fails with the reason.
+                    posted.failures.append(MemoryError(f"rank {r} announced a part of {length} bytes, which cannot be allocated"))
+                    for b, _, _ in messages:
+                        posted.discard(ep, tag(seq, r, b))
+                    continue
                 if data is not None:
                     _copy_into(out[r], data)
                     continue
                 # Every message of the part (one, or a batch each) straight into its range.
                 view = memoryview(out[r])
-                for b, start, stop in _native.alltoallv_messages(length, batch):
+                for b, start, stop in messages:
                     posted.recv(ep, view[start:stop], tag(seq, r, b))
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
