@@ -55,21 +55,17 @@ pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async
     Ok(builder.build()?)
 }
 
-/// Runs `ranks` copies of this program with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR=127.0.0.1` and
-/// a free `MASTER_PORT` (and `UCX_NET_DEVICES=lo` unless set or `--net-devices` given), and
-/// waits for them all. As mpirun and torchrun do, a rank that fails ends the job (the others
+/// Runs `ranks` copies of this program with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
+/// `MASTER_ADDR=127.0.0.1` and a rendezvous file (`UCXA_RENDEZVOUS_FILE`, in the temporary
+/// directory: rank 0 listens on a port the system picks and writes it there, so no port is
+/// picked here and then lost to another process before rank 0 binds it) (and
+/// `UCX_NET_DEVICES=lo` unless set or `--net-devices` given), and waits for them all. As mpirun and torchrun do, a rank that fails ends the job (the others
 /// are killed), and the ranks die with this process: with `UCXA_ERROR_HANDLING=none` a rank
 /// cannot tell that a peer died, so nothing else would stop it waiting.
 #[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
-    // A free port for rank 0's listener (released here, bound again by rank 0 at once).
-    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => {
-            eprintln!("{name}: no free port on 127.0.0.1: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let rendezvous = std::env::temp_dir().join(format!("{name}-{}.addr", std::process::id()));
+    let _ = std::fs::remove_file(&rendezvous); // a file a dead launcher of this pid left
     let exe = std::env::current_exe().expect("own path");
     let mut children = Vec::new();
     for r in 0..ranks {
@@ -82,7 +78,8 @@ pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
             .env("LOCAL_RANK", r.to_string())
             .env("WORLD_SIZE", ranks.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string());
+            .env_remove("MASTER_PORT")
+            .env(ucx_async::collective::RENDEZVOUS_FILE, &rendezvous);
         die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(c) => children.push((r, c)),
@@ -119,6 +116,8 @@ pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
         ok &= !failed;
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // Rank 0 removes it once every rank has joined; not if the job failed before that.
+    let _ = std::fs::remove_file(&rendezvous);
     if ok {
         ExitCode::SUCCESS
     } else {
