@@ -304,6 +304,52 @@ async fn a_failed_rank_fails_the_others_collective_and_nothing_hangs() {
     }
 }
 
+/// Rank 1 announces a part of 2^50 bytes to rank 0 and sends 1 MiB (a rendezvous): rank 0
+/// cannot allocate the part, receives the message only to drop it and fails its call naming
+/// the size; rank 1's send completes (without the drop it waited for a receive while rank 0
+/// lived, and failed once rank 0 let go), and rank 2's call with the others completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_too_large_to_allocate_fails_its_receiver_and_frees_its_sender() {
+    use ucx_async::core::wire::alltoallv::{inline_max, Announce};
+    use ucx_async::core::wire::collective_tag::own;
+    let results = world(3, |c| async move {
+        let (me, seq) = (c.rank(), 1); // the bootstrap's barrier was operation 0
+        if me == 1 {
+            // By hand: an honest empty part for rank 2, the lie for rank 0.
+            let (mut to2, mut to0) = (Vec::new(), Vec::new());
+            Announce::new(0, 0).unwrap().encode_message(&[], inline_max(3), &mut to2);
+            Announce::new(1 << 50, 0).unwrap().encode_message(&[], inline_max(3), &mut to0);
+            let big = vec![9u8; 1 << 20];
+            let (ep0, ep2) = (c.endpoint(0).unwrap(), c.endpoint(2).unwrap());
+            let sent = tokio::time::timeout(Duration::from_secs(30), async {
+                ep2.send_tag(&to2[..], own(seq, 1, 0).unwrap()).await?;
+                ep0.send_tag(&to0[..], own(seq, 1, 0).unwrap()).await?;
+                ep0.send_tag(&big[..], own(seq, 1, 1).unwrap()).await
+            })
+            .await;
+            return Some(sent.map(|r| r.map_err(|e| e.to_string())).map_err(|_| "rank 1's sends hung".to_string()));
+        }
+        // Ranks 0 and 2 send rank 1 nothing (an empty, inline part), so it needs no receives.
+        let parts: Vec<Vec<u8>> = (0..3).map(|d| if d == 1 { Vec::new() } else { vec![me as u8; 70_000] }).collect();
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let r = tokio::time::timeout(Duration::from_secs(30), c.alltoallv(&refs)).await;
+        Some(match r {
+            Err(_) => Err(format!("rank {me}'s alltoallv hung")),
+            Ok(Ok(got)) if me == 2 => {
+                assert_eq!((got[0].clone(), got[1].len()), (vec![0u8; 70_000], 0));
+                Ok(Ok(()))
+            }
+            Ok(r) => Ok(r.map(drop).map_err(|e| e.to_string())),
+        })
+    })
+    .await;
+    let results: Vec<_> = results.into_iter().map(|r| r.unwrap().unwrap()).collect();
+    let e = results[0].as_ref().expect_err("rank 0 cannot hold 2^50 bytes");
+    assert!(e.contains("rank 1 announced a part of 1125899906842624 bytes, which cannot be allocated"), "{e}");
+    assert!(results[1].is_ok(), "rank 1's sends: {:?}", results[1]);
+    assert!(results[2].is_ok(), "rank 2: {:?}", results[2]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alltoallv_into_reuses_buffers_across_calls_of_changing_sizes() {
     world(3, |c| async move {
