@@ -62,6 +62,22 @@ def run(coro, timeout=30):
     return asyncio.run(limited())
 
 
+def launched_ranks_pass(n, script, *args, timeout=120):
+    """Runs ``python -m ucp.launch -n N script args...`` and asserts that the job exited 0
+    and every rank printed ``OK rank R`` (their lines may interleave: they share the pipe).
+    Returns the job's stdout."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", str(n), str(script), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(n)), p.stdout
+    return p.stdout
+
+
 async def rail_pair(rails=2, listener=None):
     """A ``ucp.multirail`` group connected to a ``RailListener`` of ``rails`` rails (or to
     ``listener``): returns (listener, client group, server group)."""

@@ -11,6 +11,7 @@ import pytest
 
 from ucp import _ucx_async as native
 from ucp.collective import launch_env
+from conftest import launched_ranks_pass
 from test_processes import ROOT
 
 RANK_SCRIPT = str(ROOT / "python" / "tests" / "collective_rank.py")
@@ -56,12 +57,7 @@ def test_alltoallv_device_protocol_on_host_memory():
     message, the own part through the loopback endpoint) checked with host parts and a
     bytearray allocator, three ranks, random sizes with zeros: every byte arrives. Device
     memory itself is test_cuda.py's (``test_alltoallv_device_between_ranks``)."""
-    p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "device", "host"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+    launched_ranks_pass(3, RANK_SCRIPT, "device", "host")
 
 
 @pytest.mark.parametrize("path", [[], ["buffered", "4099"]])
@@ -142,24 +138,14 @@ def test_alltoallv_device_survives_a_rank_whose_allocation_fails():
     """Rank 1 of 3 cannot allocate room for the parts ``alltoallv_device`` announced to it:
     it receives and drops them, raises its allocator's error, and the others' calls complete
     with every part; a second call then works on every rank (the communicator stayed in step)."""
-    p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "device-allocation-fails"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+    launched_ranks_pass(3, RANK_SCRIPT, "device-allocation-fails")
 
 
 def test_a_part_too_large_to_allocate_fails_only_its_receiver():
     """Rank 1 announces 2**50 bytes to rank 0: rank 0 cannot allocate them, drops the message
     that comes (so rank 1's send completes) and fails its call naming the size; ranks 1 and 2
     complete theirs, and the next call works on every rank."""
-    p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "huge-announcement"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+    launched_ranks_pass(3, RANK_SCRIPT, "huge-announcement")
 
 
 def test_launcher_stops_the_job_when_a_rank_fails(tmp_path):

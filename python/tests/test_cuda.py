@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import pair, rail_pair, run
+from conftest import launched_ranks_pass, pair, rail_pair, run
 
 cupy = pytest.importorskip("cupy")
 try:
@@ -124,13 +124,7 @@ def test_alltoallv_device_between_ranks():
     """``Communicator.alltoallv_device`` on CuPy arrays, two ranks under ``ucp.launch``,
     random sizes with zeros, received into the default device allocator's memory; every byte
     checked (collective_rank.py's ``device`` mode)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collective_rank.py")
-    p = subprocess.run(
-        [sys.executable, "-m", "ucp.launch", "-n", "2", script, "device"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert all(f"OK rank {r}" in p.stdout for r in range(2)), p.stdout
+    launched_ranks_pass(2, os.path.join(os.path.dirname(os.path.abspath(__file__)), "collective_rank.py"), "device")
 
 
 def test_hash_join_on_the_gpu():
