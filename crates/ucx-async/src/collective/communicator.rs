@@ -18,7 +18,7 @@ use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
-use crate::core::{huge_pages, RecvBuffer, SendBuffer, Status, FULL_MASK};
+use crate::core::{huge_pages, RecvBuffer, SendBuffer, FULL_MASK};
 use crate::posting::join_posted;
 use crate::{ConnectOptions, Endpoint, Error, Listener, Result, Worker};
 
@@ -434,16 +434,11 @@ impl Communicator {
                     })?;
                     let n = usize::try_from(from.len).ok().filter(|&n| huge_pages::reserve_exact(buf, n).is_ok());
                     let Some(n) = n else {
-                        // No room: the part's messages are still received, into one byte each,
-                        // and dropped (UCX cuts them short and their sender completes), so the
+                        // No room: the part's messages are still received and dropped, so the
                         // sender is not left waiting for receives that never come.
                         if !from.is_inline(inline_max) {
                             for k in 0..from.messages() {
-                                let t = tag::own(seq, r, Announce::tag_batch(k), op)?;
-                                match ep.recv_tag(&mut [0u8; 1][..], t, FULL_MASK).await {
-                                    Err(e) if e.status() != Status::MessageTruncated => return Err(e),
-                                    _ => {}
-                                }
+                                path::drop_message(ep, tag::own(seq, r, Announce::tag_batch(k), op)?).await?;
                             }
                         }
                         return Err(Error::Protocol {

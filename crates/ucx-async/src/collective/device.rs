@@ -13,7 +13,7 @@ use cust::memory::{CopyDestination, DeviceBuffer};
 use super::tag::{self, invalid};
 use super::Communicator;
 use crate::core::wire::alltoallv::{device_len_decode, device_len_encode, DEVICE_PART_BATCH};
-use crate::core::{Status, FULL_MASK};
+use crate::core::FULL_MASK;
 use crate::posting::join_posted;
 use crate::{Error, Result};
 
@@ -47,7 +47,7 @@ impl Communicator {
         // communicator stays in step; this rank then returns the first such error.
         let mut failure = None;
         let mut fresh = Vec::with_capacity(size);
-        let mut lens = Vec::with_capacity(size);
+        let mut part_lens = Vec::with_capacity(size);
         for (r, announced) in sizes.iter().enumerate() {
             let n = device_len_decode(announced)
                 .map_err(|e| protocol(format!("rank {r} sent a bad part size: {e}")))
@@ -61,7 +61,7 @@ impl Communicator {
                 None if n == 0 => DeviceBuffer::from_slice(&[]),
                 None => DeviceBuffer::zeroed(n),
             };
-            lens.push(n);
+            part_lens.push(n);
             fresh.push(
                 buf.map_err(|e| {
                     failure.get_or_insert(protocol(format!(
@@ -85,7 +85,7 @@ impl Communicator {
                 let (part, t) = (parts[r], tag::own(seq, me, DEVICE_PART_BATCH, OP)?);
                 ops.push(Box::pin(async move { ep.send_tag(part, t).await }));
             }
-            let want = lens[r];
+            let want = part_lens[r];
             if want == 0 {
                 continue;
             }
@@ -98,15 +98,8 @@ impl Communicator {
                     }
                     Ok(())
                 })),
-                // No room: one byte of it, so UCX cuts the message short (its sender still
-                // completes); only a failure of the endpoint counts.
-                None => ops.push(Box::pin(async move {
-                    let mut drop_it = [0u8; 1];
-                    match ep.recv_tag(&mut drop_it[..], t, FULL_MASK).await {
-                        Err(e) if e.status() == Status::MessageTruncated => Ok(()),
-                        r => r.map(drop),
-                    }
-                })),
+                // No room: received only to be dropped, so its sender completes.
+                None => ops.push(Box::pin(super::path::drop_message(ep, t))),
             }
         }
         let failed = join_posted(ops).await.into_iter().find_map(Result::err);

@@ -9,7 +9,7 @@
 use futures_util::stream::{FuturesOrdered, StreamExt};
 
 use crate::core::wire::alltoallv::{Announce, DEFAULT_BATCH, DEFAULT_DEPTH};
-use crate::core::FULL_MASK;
+use crate::core::{Status, FULL_MASK};
 use crate::{try_join_posted, Endpoint, Error, Result};
 
 pub use crate::core::wire::alltoallv::AUTO_MIN_PART;
@@ -78,6 +78,16 @@ pub(crate) fn ensure(slots: &mut Vec<Vec<u8>>, bounce: Bounce) -> &mut [Vec<u8>]
         *slots = (0..bounce.depth).map(|_| vec![0u8; bounce.batch]).collect();
     }
     slots
+}
+
+/// Receives the message on `tag` from `ep` only to drop it, for a part this rank has no room
+/// for: into one byte, so UCX cuts it short and its sender still completes (rendezvous
+/// included). Only a failure of the endpoint is an error.
+pub(crate) async fn drop_message(ep: &Endpoint, tag: u64) -> Result<()> {
+    match ep.recv_tag(&mut [0u8; 1][..], tag, FULL_MASK).await {
+        Err(e) if e.status() != Status::MessageTruncated => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Sends `part` to `ep` as `announce` says: one message, or its batches copied through
