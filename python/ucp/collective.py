@@ -377,13 +377,9 @@ class Communicator:
         seq = self._next_seq()
         me, batch, tag = self._rank, _native.alltoallv_device_part_batch(), _native.collective_own_tag
         posted = _Posted()
-        sent_own = True
+        sent = [not a.nbytes or posted.send(self._eps[r], parts[r], tag(seq, me, batch)) for r, a in enumerate(arrays)]
         for r in range(self.size):
-            if arrays[r].nbytes:
-                posted_ok = posted.send(self._eps[r], parts[r], tag(seq, me, batch))
-                sent_own = sent_own if r != me else posted_ok
-        for r in range(self.size):
-            if not sizes[r] or (r == me and not sent_own):  # no own part is coming: none to wait for
+            if not sizes[r] or (r == me and not sent[me]):  # no own part is coming: none to wait for
                 continue
             if out[r] is None:
                 posted.discard(self._eps[r], tag(seq, r, batch))

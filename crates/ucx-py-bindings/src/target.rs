@@ -121,13 +121,7 @@ fn resolve_future(
     let running = peek.bind(py).call0()?;
     let (value, exc) = split(py, outcome);
     if running.is(event_loop.bind(py)) {
-        let fut = fut.bind(py);
-        if let Some(cb) = on_cancel.filter(|_| !is_done(fut)) {
-            // Should taking it off fail, the callback merely runs and finds nothing to cancel:
-            // the result must be set either way.
-            let _ = fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (cb,));
-        }
-        set_or(fut, value.bind(py), exc.bind(py), undelivered)
+        set_or(fut.bind(py), value.bind(py), exc.bind(py), on_cancel, undelivered)
     } else {
         // Another thread's loop: hand the result over; ignore a loop that has closed. The
         // caller may cancel the future before its loop runs the hand-over.
@@ -135,7 +129,7 @@ fn resolve_future(
         let for_setter = undelivered.clone();
         let setter = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| -> PyResult<()> {
             let undelivered = lock(&for_setter).take();
-            set_or(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?, || undelivered)
+            set_or(&args.get_item(0)?, &args.get_item(1)?, &args.get_item(2)?, None, || undelivered)
         })?;
         let (value_, exc_) = (value.clone_ref(py), exc.clone_ref(py));
         match event_loop.bind(py).call_method1("call_soon_threadsafe", (setter, fut, value, exc)) {
@@ -152,25 +146,27 @@ fn resolve_future(
     }
 }
 
-/// Whether `fut` is done (an error asking counts as done: nothing can be set on it).
-fn is_done(fut: &Bound<'_, PyAny>) -> bool {
-    fut.call_method0(pyo3::intern!(fut.py(), "done")).and_then(|d| d.is_truthy()).unwrap_or(true)
-}
-
 /// Sets a future's result or exception unless it is already done (cancelled); a value that
-/// finds it done goes to `undelivered`.
+/// finds it done goes to `undelivered`. `on_cancel`, the future's cancel-watching callback, is
+/// taken off first.
 fn set_or(
     fut: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
     exc: &Bound<'_, PyAny>,
+    on_cancel: Option<Py<PyAny>>,
     undelivered: impl FnOnce() -> Option<Undelivered>,
 ) -> PyResult<()> {
     let py = fut.py();
-    if is_done(fut) {
+    if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
         if let Some(undelivered) = if exc.is_none() { undelivered() } else { None } {
             undelivered(py, value.clone().unbind());
         }
         return Ok(());
+    }
+    if let Some(cb) = on_cancel {
+        // Should taking it off fail, the callback merely runs and finds nothing to cancel:
+        // the result must be set either way.
+        let _ = fut.call_method1(pyo3::intern!(py, "remove_done_callback"), (cb,));
     }
     if exc.is_none() {
         fut.call_method1(pyo3::intern!(py, "set_result"), (value,))?;
