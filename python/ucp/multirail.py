@@ -81,16 +81,12 @@ def _rail_contexts(n, devices, hosts):
     devices. ``"auto"``: ``rail_devices(n)``'s, each plus the interface that owns its rail's
     address in ``hosts`` (a local address, such as 127.0.0.1, is reached only through its own
     interface, as the Dask comm's ``net-devices: auto`` keeps its listener's)."""
-    from .utils import interface_of
+    from ._libs.topological_distance import with_own_interface
 
     if devices is None:
         return [None] * n
     if devices == "auto":
-        devices = rail_devices(n)
-        for i, host in enumerate(hosts):
-            own = interface_of(host) if host else None
-            if own is not None and own not in devices[i].split(","):
-                devices[i] += "," + own
+        devices = [with_own_interface(d, host) for d, host in zip(rail_devices(n), hosts)]
         logger.info("rail devices chosen from the topology: %s", devices)
     if len(devices) != n:
         raise ValueError(f"{len(devices)} device settings for {n} rails")

@@ -132,8 +132,6 @@ def auto_net_devices(cuda_device=0, host=None, xml=None):
     (leave UCX's default) when nothing fits, with a warning saying why."""
     import logging
 
-    from ..utils import interface_of
-
     try:
         # The GPU-else-CPUs rule is ucx-topology's (`Topology::auto_net_devices`), shared with
         # the Rust examples' `--net-devices auto`.
@@ -141,6 +139,16 @@ def auto_net_devices(cuda_device=0, host=None, xml=None):
     except (OSError, RuntimeError, ValueError) as e:
         logging.getLogger("ucx").warning("net-devices=auto: no device chosen (%s); UCX picks its own", e)
         return None
+    return with_own_interface(devices, host)
+
+
+def with_own_interface(devices, host):
+    """``devices`` (a ``UCX_NET_DEVICES`` value) plus the interface that owns the local address
+    ``host``, if it has one and it is not there yet: an address this host owns (127.0.0.1 above
+    all) is reached only through its own interface, so a listener or a connection there must
+    keep it."""
+    from ..utils import interface_of
+
     device = interface_of(host) if host else None
     if device is not None and device not in devices.split(","):
         devices += "," + device
