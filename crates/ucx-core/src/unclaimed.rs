@@ -385,32 +385,41 @@ impl<O: ?Sized> Hold<O> {
 
     /// Sweeps if one is due; returns the owners over the cap, for the caller to close.
     /// `stream_bytes` fills an owner's [`crate::StreamBacklog`] and says how many bytes it
-    /// holds, which the same cap bounds (it must not call back into this hold).
+    /// holds, which the same cap bounds (it runs outside the lock).
     pub fn sweep_if_due(
         &self,
         worker: &Worker,
         mut stream_bytes: impl FnMut(&O) -> usize,
     ) -> Vec<(std::sync::Arc<O>, Overflow)> {
-        let mut state = self.lock();
-        if !state.held.is_watching() {
-            return Vec::new();
-        }
-        let now = std::time::Instant::now();
-        if now < state.next_sweep {
-            return Vec::new();
-        }
-        state.next_sweep = now + SWEEP_INTERVAL;
-        let over = match self.scope {
-            Scope::All => state.held.sweep(worker),
-            Scope::Watched => state.held.sweep_watched(worker),
+        // The owners are upgraded under the lock but checked and let go after it: the handle
+        // upgraded here may be an owner's last (its other holder dropped it meanwhile, on
+        // another thread), and an owner's drop calls `release`, which takes the lock. Dropping
+        // it under the lock deadlocked the progress loop (seen with a client dropped while its
+        // worker swept).
+        let (mut over, owners, limit) = {
+            let mut state = self.lock();
+            if !state.held.is_watching() {
+                return Vec::new();
+            }
+            let now = std::time::Instant::now();
+            if now < state.next_sweep {
+                return Vec::new();
+            }
+            state.next_sweep = now + SWEEP_INTERVAL;
+            let over = match self.scope {
+                Scope::All => state.held.sweep(worker),
+                Scope::Watched => state.held.sweep_watched(worker),
+            };
+            let over: Vec<_> = over
+                .into_iter()
+                .filter_map(|o| state.owners.get(&o.owner).and_then(std::sync::Weak::upgrade).map(|w| (w, o)))
+                .collect();
+            let Some(limit) = state.held.limit() else { return over };
+            let owners: Vec<(u64, std::sync::Arc<O>)> =
+                state.owners.iter().filter_map(|(&key, owner)| Some((key, owner.upgrade()?))).collect();
+            (over, owners, limit)
         };
-        let mut over: Vec<_> = over
-            .into_iter()
-            .filter_map(|o| state.owners.get(&o.owner).and_then(std::sync::Weak::upgrade).map(|w| (w, o)))
-            .collect();
-        let Some(limit) = state.held.limit() else { return over };
-        for (&key, owner) in &state.owners {
-            let Some(owner) = owner.upgrade() else { continue };
+        for (key, owner) in owners {
             let counted = stream_bytes(&owner);
             if counted > limit && !over.iter().any(|(_, o)| o.owner == key) {
                 over.push((owner, Overflow { owner: key, counted, messages: 0, limit, stream: true }));

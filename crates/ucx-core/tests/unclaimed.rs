@@ -200,3 +200,42 @@ fn sweeping_watched_tags_leaves_the_others_in_ucx() {
     assert_eq!(recv_next(&pair, &mut held, 111, 600), vec![111; 600]);
     discard_all(&pair, &mut held);
 }
+
+/// An owner of a [`ucx_core::Hold`] that leaves it when dropped, as an endpoint does.
+struct Leaver {
+    hold: std::sync::Arc<ucx_core::Hold<Leaver>>,
+    key: u64,
+}
+
+impl Drop for Leaver {
+    fn drop(&mut self) {
+        self.hold.release(self.key);
+    }
+}
+
+#[test]
+fn an_owner_whose_last_handle_goes_during_a_sweep_leaves_without_a_deadlock() {
+    // The sweep's upgraded handle can be an owner's last: its other holder drops it on another
+    // thread meanwhile. Here the other holder lets go from inside the sweep (the stream-bytes
+    // callback), so the sweep's handle is the last every time; the owner's drop then calls
+    // `release`, which takes the hold's lock. The progress loops of CI's listener test hung
+    // there while the sweep still held the lock.
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let hold = std::sync::Arc::new(ucx_core::Hold::<Leaver>::new(Some(1 << 20), ucx_core::unclaimed::Scope::Watched));
+    let owner = std::sync::Arc::new(Leaver { hold: hold.clone(), key: 7 });
+    hold.watch(120, 7, || std::sync::Arc::downgrade(&owner));
+    let other_holder = std::sync::Mutex::new(Some(owner));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let worker = pair.server.clone();
+    let sweeper = std::thread::spawn(move || {
+        let over = hold.sweep_if_due(&worker, |_| {
+            other_holder.lock().unwrap().take();
+            0
+        });
+        let _ = done_tx.send((over.len(), other_holder.lock().unwrap().is_none()));
+    });
+    let outcome = done_rx.recv_timeout(std::time::Duration::from_secs(10));
+    assert_eq!(outcome, Ok((0, true)), "the sweep did not return within 10 s: it deadlocked on its own lock");
+    sweeper.join().unwrap();
+}
