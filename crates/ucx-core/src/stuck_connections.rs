@@ -5,15 +5,19 @@
 //! setting avoids it, and closing the listener does not stop it.
 //!
 //! [`StuckConnections::check`], called about once a second, finds such sockets: connections to
-//! the listener's port whose peer has closed (`CLOSE_WAIT` in `/proc/self/net/tcp*`) at two
-//! checks in a row, each after an interval in which UCX's async thread used over half a core.
+//! the listener's port whose peer has closed (`CLOSE_WAIT` in `/proc/self/net/tcp*`) with the
+//! same number of bytes left unread at two checks in a row, each after an interval in which
+//! UCX's async thread used over half a core. Unread bytes are the mark of the garbage (2017 of
+//! 4096 sent, seen here): UCX reads everything a real client sends, so a connection whose
+//! client has just gone (`CLOSE_WAIT` until UCX processes the disconnect) has none, and the
+//! guard leaves it to UCX even while another connection makes UCX spin.
 //! Each one's file descriptor is pointed at `/dev/null` (`dup2`), which closes the socket: the
 //! kernel drops it from UCX's epoll set, the spin stops and the connection is freed. UCX logs
 //! an error when it later fails to remove the descriptor from its epoll set; nothing else
 //! changes for it.
 //!
 //! Linux only (the `/proc` files); elsewhere `check` finds nothing.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::Instant;
 
@@ -28,8 +32,8 @@ const CLOSE_WAIT: &str = "08";
 #[derive(Debug)]
 pub struct StuckConnections {
     port: u16,
-    /// Socket inodes seen in `CLOSE_WAIT` at the last check.
-    seen: HashSet<u64>,
+    /// Socket inodes seen in `CLOSE_WAIT` with unread bytes at the last check, with how many.
+    seen: HashMap<u64, u64>,
     /// UCX's async thread's CPU time (clock ticks) at the last check, and when.
     last: Option<(u64, Instant)>,
 }
@@ -37,7 +41,7 @@ pub struct StuckConnections {
 impl StuckConnections {
     /// A guard for a listener on `port`.
     pub fn new(port: u16) -> StuckConnections {
-        StuckConnections { port, seen: HashSet::new(), last: None }
+        StuckConnections { port, seen: HashMap::new(), last: None }
     }
 
     /// Lets go of the connections stuck since the last check while UCX spun; returns how
@@ -58,8 +62,10 @@ impl StuckConnections {
             self.seen.clear();
             return Ok(0);
         }
-        let waiting = close_wait_inodes(self.port)?;
-        let stuck: Vec<u64> = waiting.intersection(&self.seen).copied().collect();
+        let waiting = unread_close_wait(self.port)?;
+        // Stuck: the same socket with the same unread bytes as at the last check.
+        let stuck: HashSet<u64> =
+            waiting.iter().filter(|(inode, unread)| self.seen.get(inode) == Some(unread)).map(|(i, _)| *i).collect();
         self.seen = waiting;
         if stuck.is_empty() {
             return Ok(0);
@@ -110,22 +116,27 @@ fn clock_ticks_per_second() -> f64 {
     }
 }
 
-/// Inodes of the TCP sockets whose local port is `port` and whose peer has closed.
-fn close_wait_inodes(port: u16) -> io::Result<HashSet<u64>> {
-    let mut inodes = HashSet::new();
+/// The TCP sockets whose local port is `port`, whose peer has closed and which hold unread
+/// bytes: inode to the number of bytes.
+fn unread_close_wait(port: u16) -> io::Result<HashMap<u64, u64>> {
+    let mut sockets = HashMap::new();
     for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else { continue };
-        inodes.extend(text.lines().skip(1).filter_map(|line| close_wait_inode(line, port)));
+        sockets.extend(text.lines().skip(1).filter_map(|line| unread_close_wait_row(line, port)));
     }
-    Ok(inodes)
+    Ok(sockets)
 }
 
-/// The inode of one `/proc/net/tcp` row, if it is a `CLOSE_WAIT` socket on local `port`.
-fn close_wait_inode(line: &str, port: u16) -> Option<u64> {
+/// The inode and unread byte count of one `/proc/net/tcp` row, if it is a `CLOSE_WAIT` socket
+/// on local `port` with bytes left unread.
+fn unread_close_wait_row(line: &str, port: u16) -> Option<(u64, u64)> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     let local_port = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
     (local_port == port && *fields.get(3)? == CLOSE_WAIT).then_some(())?;
-    fields.get(9)?.parse().ok()
+    // `tx_queue:rx_queue`, hexadecimal.
+    let unread = u64::from_str_radix(fields.get(4)?.split(':').nth(1)?, 16).ok()?;
+    (unread > 0).then_some(())?;
+    Some((fields.get(9)?.parse().ok()?, unread))
 }
 
 /// This process's file descriptors that are sockets, with their inodes.
@@ -175,10 +186,12 @@ mod tests {
         assert_eq!(async_ticks_of(stat), Some(150));
         assert_eq!(async_ticks_of("4242 (python) S 1 2 3 4 5 6 7 8 9 10 11 120 30"), None);
         assert_eq!(async_ticks_of("garbage"), None);
-        let row = "  3: 0100007F:D0A5 0100007F:9C41 08 00000000:00000000 00:00000000 00000000  0 0 123456 1";
-        assert_eq!(close_wait_inode(row, 0xD0A5), Some(123456));
-        assert_eq!(close_wait_inode(row, 0xD0A6), None, "another port");
-        assert_eq!(close_wait_inode(&row.replace(" 08 ", " 01 "), 0xD0A5), None, "established");
-        assert_eq!(close_wait_inode("", 1), None);
+        let row = "  3: 0100007F:D0A5 0100007F:9C41 08 00000000:000007E1 00:00000000 00000000  0 0 123456 1";
+        assert_eq!(unread_close_wait_row(row, 0xD0A5), Some((123456, 0x7E1)));
+        assert_eq!(unread_close_wait_row(row, 0xD0A6), None, "another port");
+        assert_eq!(unread_close_wait_row(&row.replace(" 08 ", " 01 "), 0xD0A5), None, "established");
+        let read = row.replace("00000000:000007E1", "00000000:00000000");
+        assert_eq!(unread_close_wait_row(&read, 0xD0A5), None, "a client that has gone, everything read");
+        assert_eq!(unread_close_wait_row("", 1), None);
     }
 }
