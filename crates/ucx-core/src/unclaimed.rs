@@ -298,6 +298,8 @@ struct HoldState<O: ?Sized> {
     held: Unclaimed,
     /// The owners whose tags are watched, by key.
     owners: HashMap<u64, std::sync::Weak<O>>,
+    /// Empty between sweeps; a sweep's list of upgraded owners, kept for its capacity.
+    upgraded: Vec<(u64, std::sync::Arc<O>)>,
     next_sweep: std::time::Instant,
 }
 
@@ -312,8 +314,12 @@ pub struct Hold<O: ?Sized> {
 impl<O: ?Sized> Hold<O> {
     /// Nothing held, a cap of `limit` (`None`: nothing is watched or swept).
     pub fn new(limit: Option<usize>, scope: Scope) -> Hold<O> {
-        let state =
-            HoldState { held: Unclaimed::new(limit), owners: HashMap::new(), next_sweep: std::time::Instant::now() };
+        let state = HoldState {
+            held: Unclaimed::new(limit),
+            owners: HashMap::new(),
+            upgraded: Vec::new(),
+            next_sweep: std::time::Instant::now(),
+        };
         Hold { state: std::sync::Mutex::new(state), scope }
     }
 
@@ -395,8 +401,9 @@ impl<O: ?Sized> Hold<O> {
         // upgraded here may be an owner's last (its other holder dropped it meanwhile, on
         // another thread), and an owner's drop calls `release`, which takes the lock. Dropping
         // it under the lock deadlocked the progress loop (seen with a client dropped while its
-        // worker swept).
-        let (mut over, owners, limit) = {
+        // worker swept). The list of upgraded owners keeps its capacity in the state between
+        // sweeps, so a sweep allocates nothing once it has seen as many owners.
+        let (mut over, mut owners, limit) = {
             let mut state = self.lock();
             if !state.held.is_watching() {
                 return Vec::new();
@@ -415,16 +422,18 @@ impl<O: ?Sized> Hold<O> {
                 .filter_map(|o| state.owners.get(&o.owner).and_then(std::sync::Weak::upgrade).map(|w| (w, o)))
                 .collect();
             let Some(limit) = state.held.limit() else { return over };
-            let owners: Vec<(u64, std::sync::Arc<O>)> =
-                state.owners.iter().filter_map(|(&key, owner)| Some((key, owner.upgrade()?))).collect();
+            let mut owners = std::mem::take(&mut state.upgraded);
+            let HoldState { owners: watched, .. } = &*state;
+            owners.extend(watched.iter().filter_map(|(&key, owner)| Some((key, owner.upgrade()?))));
             (over, owners, limit)
         };
-        for (key, owner) in owners {
+        for (key, owner) in owners.drain(..) {
             let counted = stream_bytes(&owner);
             if counted > limit && !over.iter().any(|(_, o)| o.owner == key) {
                 over.push((owner, Overflow { owner: key, counted, messages: 0, limit, stream: true }));
             }
         }
+        self.lock().upgraded = owners;
         over
     }
 
