@@ -423,8 +423,7 @@ impl<O: ?Sized> Hold<O> {
                 .collect();
             let Some(limit) = state.held.limit() else { return over };
             let mut owners = std::mem::take(&mut state.upgraded);
-            let HoldState { owners: watched, .. } = &*state;
-            owners.extend(watched.iter().filter_map(|(&key, owner)| Some((key, owner.upgrade()?))));
+            owners.extend(state.owners.iter().filter_map(|(&key, owner)| Some((key, owner.upgrade()?))));
             (over, owners, limit)
         };
         for (key, owner) in owners.drain(..) {
