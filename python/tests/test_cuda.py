@@ -140,11 +140,13 @@ def test_hash_join_on_the_gpu():
     assert "matches the single-process join" in p.stdout, p.stdout
 
 
-def _run_with_memtype_cache(script, cache, timeout):
-    """Runs ``script`` in a Python of its own with ``UCX_MEMTYPE_CACHE=cache`` (UCX reads the
-    setting when it loads, hence a process each)."""
-    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache)
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
+def _run_with_memtype_cache(script, cache, timeout, *args, env=None):
+    """Runs ``script`` (with ``args``) in a Python of its own with ``UCX_MEMTYPE_CACHE=cache``
+    and ``env`` added (UCX reads the setting when it loads, hence a process each)."""
+    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 _EARLY_SCRIPT = r"""
@@ -275,10 +277,7 @@ def test_memtype_cache_with_reused_addresses(allocator, cache):
     when UCX loads, hence a process each."""
     if allocator.startswith("torch"):
         pytest.importorskip("torch")
-    env = dict(os.environ, UCX_MEMTYPE_CACHE=cache, **_ALLOCATORS[allocator])
-    out = subprocess.run(
-        [sys.executable, "-c", _ALLOCATOR_SCRIPT, allocator], env=env, capture_output=True, text=True, timeout=180
-    )
+    out = _run_with_memtype_cache(_ALLOCATOR_SCRIPT, cache, 180, allocator, env=_ALLOCATORS[allocator])
     ok = out.returncode == 0 and "reused" in out.stdout
     if cache == "y" and not ok:
         pytest.xfail(f"UCX_MEMTYPE_CACHE=y, {allocator}: exit status {out.returncode}: {out.stderr.strip()[-300:]}")
