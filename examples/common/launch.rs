@@ -56,12 +56,13 @@ pub fn rank_context(args: &[String], usage: &str) -> ucx_async::Result<ucx_async
 }
 
 /// Runs `ranks` copies of this program with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
-/// `MASTER_ADDR=127.0.0.1` and a rendezvous file (`UCXA_RENDEZVOUS_FILE`, in the temporary
-/// directory: rank 0 listens on a port the system picks and writes it there, so no port is
-/// picked here and then lost to another process before rank 0 binds it) (and
-/// `UCX_NET_DEVICES=lo` unless set or `--net-devices` given), and waits for them all. As mpirun and torchrun do, a rank that fails ends the job (the others
-/// are killed), and the ranks die with this process: with `UCXA_ERROR_HANDLING=none` a rank
-/// cannot tell that a peer died, so nothing else would stop it waiting.
+/// `MASTER_ADDR=127.0.0.1`, a rendezvous file (`UCXA_RENDEZVOUS_FILE`, in the temporary
+/// directory) and `UCX_NET_DEVICES=lo` (unless set or `--net-devices` given), and waits for
+/// them all. Rank 0 listens on a port the system picks and writes it to the file, so no port
+/// is picked here and then lost to another process before rank 0 binds it. As mpirun and
+/// torchrun do, a rank that fails ends the job (the others are killed), and the ranks die with
+/// this process: with `UCXA_ERROR_HANDLING=none` a rank cannot tell that a peer died, so
+/// nothing else would stop it waiting.
 #[allow(dead_code)] // multirail reads options only
 pub fn run_ranks(name: &str, ranks: usize, args: &[String]) -> ExitCode {
     let rendezvous = std::env::temp_dir().join(format!("{name}-{}.addr", std::process::id()));
