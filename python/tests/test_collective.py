@@ -333,6 +333,45 @@ def test_tags_and_bootstrap_bytes_are_ucx_cores():
         native.bootstrap_table_decode(native.bootstrap_table([b"abc"])[:-1])
 
 
+def test_the_spin_budget_grows_with_a_calls_bytes_as_ucx_cores_rule():
+    """``spin_budget_us`` is ucx-core's ``spin_budget``: the base, plus the bytes' time at 8
+    GB/s (at most 200 µs), on a thread whose core is not shared (a fresh one's is not)."""
+    import threading
+
+    got = []
+    t = threading.Thread(target=lambda: got.extend(native.spin_budget_us(100, n) for n in (0, 7999, 1 << 20, 1 << 30)))
+    t.start()
+    t.join()
+    assert got == [100, 100, 231, 300]
+
+
+def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
+    """What a call's operations move reaches the spin's budget: a 1 MiB send and receive
+    posted through ``_Posted``, still in flight when it settles, ask for a budget over 2 MiB
+    (a flat budget would fall through to the event loop while UCX copies the part)."""
+    from conftest import pair, run
+    import ucp.collective as collective
+
+    asked = []
+    budget = native.spin_budget_us
+    monkeypatch.setattr(collective._native, "spin_budget_us", lambda us, n: asked.append(n) or budget(us, n))
+
+    async def main():
+        lf, client, server = await pair()
+        part = bytes(range(256)) * 4096
+        got = bytearray(len(part))
+        posted = collective._Posted()
+        posted.recv(server, memoryview(got), 7)
+        posted.send(client, part, 7)
+        await posted.settle()
+        assert got == part
+        await client.close()
+        lf.close()
+
+    run(main())
+    assert asked and max(asked) >= 2 << 20, asked
+
+
 def test_each_rank_gets_the_devices_nearest_its_gpu():
     """``net_devices="auto"``: a rank's devices are those nearest the GPU of its local rank
     (on the shipped DGX-like topology: two GPUs per PCIe switch share its NIC)."""

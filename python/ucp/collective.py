@@ -442,6 +442,7 @@ class _Posted:
 
     def __init__(self):
         self.ops = []  # (endpoint, future, whether a receive, or _DISCARD) of what UCX has not finished
+        self.nbytes = 0  # what those operations move, for the spin's budget
         self.tasks = []
         self.failures = []
 
@@ -456,6 +457,7 @@ class _Posted:
             ep._recv_finished()
         else:
             self.ops.append((ep, fut, True))
+            self.nbytes += _nbytes(buffer)
 
     def discard(self, ep, tag):
         """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
@@ -483,6 +485,7 @@ class _Posted:
             return False
         if fut is not None:
             self.ops.append((ep, fut, False))
+            self.nbytes += _nbytes(buffer)
         return True
 
     def task(self, coroutine):
@@ -494,7 +497,7 @@ class _Posted:
 
     async def settle(self):
         futures = [f for _, f, _ in self.ops]
-        if not self.tasks and (not futures or _spin_until_done(self.ops[0][0]._worker, futures)):
+        if not self.tasks and (not futures or _spin_until_done(self.ops[0][0]._worker, futures, self.nbytes)):
             # All finished inline: their outcomes, with no pass through the event loop.
             settled = [_outcome(f) for f in futures]
         else:
@@ -527,18 +530,21 @@ def _cut_short(e):
     return isinstance(e, (UCXError, UCXMsgTruncated)) and not isinstance(e, (UCXCanceled, UCXCloseError))
 
 
-def _spin_until_done(worker, futures):
-    """Progresses ``worker`` inline until every future in ``futures`` (operations UCX runs)
-    is done, for up to ``UCXPY_SPIN_US`` and only when nothing else on the event loop is ready
-    (``continuous_ucx_progress.inline_spin_us``, as ``Endpoint.send``/``recv`` do). A small
-    collective's messages arrive within microseconds over shared memory, and every pass
-    through the event loop costs more than that. Returns whether all are done."""
+def _spin_until_done(worker, futures, nbytes=0):
+    """Progresses ``worker`` inline until every future in ``futures`` (operations UCX runs,
+    moving ``nbytes`` in all) is done, for up to ``UCXPY_SPIN_US`` (grown with ``nbytes`` as
+    ucx-async's inline spin grows: ``spin_budget_us``) and only when nothing else on the event
+    loop is ready (``continuous_ucx_progress.inline_spin_us``, as ``Endpoint.send``/``recv``
+    do). A small collective's messages arrive within microseconds over shared memory, a large
+    part's copy takes about its size / 8 GB/s inside the spin's progress calls, and every pass
+    through the event loop costs more than either. Returns whether all are done."""
     pending = [f for f in futures if not f.done()]
     if not pending:
         return True
     budget = inline_spin_us()
     if not budget:
         return False
+    budget = _native.spin_budget_us(budget, nbytes)
     deadline = time.perf_counter() + budget * 1e-6
     while pending:
         left = deadline - time.perf_counter()
@@ -547,6 +553,18 @@ def _spin_until_done(worker, futures):
         worker.spin(int(left * 1e6) + 1)
         pending = [f for f in pending if not f.done()]
     return True
+
+
+def _nbytes(buffer):
+    """How many bytes ``buffer`` holds (host or device array, memoryview, bytes), for a spin's
+    budget only: 0 where it does not say."""
+    n = getattr(buffer, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    try:
+        return len(buffer)
+    except TypeError:
+        return 0
 
 
 def _outcome(future):

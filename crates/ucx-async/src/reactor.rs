@@ -57,12 +57,6 @@ pub(crate) struct Signals {
 /// stays idle. The measurements behind it: docs/spin.md.
 const INLINE_SPIN: Duration = Duration::from_micros(20);
 
-/// The rate the inline spin budget assumes for an operation's bytes (8 GB/s, shared memory).
-const SPIN_BYTES_PER_US: usize = 8_000;
-
-/// The most an operation's size adds to the inline spin budget.
-const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
-
 impl Signals {
     pub(crate) fn new(worker: &ucx_core::Worker, mode: ProgressMode) -> Signals {
         let inline_spin = match mode {
@@ -74,18 +68,10 @@ impl Signals {
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
     /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with the
-    /// `bytes` the operation moves, by about the time they take over shared memory: a large
-    /// transfer finishes in the spin instead of after a trip through the fd and the scheduler
-    /// (docs/spin.md). It does not grow where this thread's yields show its core shared (more
-    /// busy processes than cores): there the peers that copy the bytes need that core. Returns
-    /// at once if `done()` already holds.
+    /// `bytes` the operation moves ([`ucx_core::spin_budget`]). Returns at once if `done()`
+    /// already holds.
     pub(crate) fn spin_until(&self, bytes: usize, done: impl FnMut() -> bool) {
-        let scaled = if ucx_core::spin_yield_period() < ucx_core::SPIN_YIELD_ROUNDS {
-            Duration::ZERO
-        } else {
-            Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN)
-        };
-        let budget = self.inline_spin + scaled;
+        let budget = ucx_core::spin_budget(self.inline_spin, bytes);
         let spin = self.worker.spin_until(budget, done);
         // The spin armed the worker and UCX answered busy: a sleeping reactor would wait on an
         // fd that stays quiet, so it must progress again.

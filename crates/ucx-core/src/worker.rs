@@ -47,6 +47,27 @@ pub const SPIN_YIELD_ROUNDS_CONTENDED: u32 = 4;
 /// takes well under a microsecond here).
 pub const CONTENDED_YIELD: Duration = Duration::from_micros(2);
 
+/// The rate [`spin_budget`] assumes for the bytes a wait moves (8 GB/s, shared memory).
+pub const SPIN_BYTES_PER_US: usize = 8_000;
+
+/// The most [`spin_budget`] adds for the bytes a wait moves.
+pub const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
+
+/// The budget of a [`Worker::spin_until`] that waits `base` for operations moving `bytes`:
+/// `base` plus about the time those bytes take over shared memory, at most [`MAX_SIZE_SPIN`].
+/// A large transfer then finishes in the spin instead of after a trip through the wakeup fd
+/// and the scheduler (UCX copies it inside the spin's progress calls, which a flat budget
+/// counts as waiting). Nothing is added where the calling thread's yields show its core shared
+/// (more busy processes than cores): the peers that copy the bytes need that core. The one
+/// home of this rule: ucx-async's inline spin and the Python collectives' spin use it
+/// (measurements: docs/spin.md).
+pub fn spin_budget(base: Duration, bytes: usize) -> Duration {
+    if spin_yield_period() < SPIN_YIELD_ROUNDS {
+        return base;
+    }
+    base + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN)
+}
+
 /// How a [`Worker::spin_until`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spin {
@@ -472,5 +493,23 @@ mod tests {
         assert_eq!(idle.yields(), 0);
         idle.round(true);
         assert_eq!(idle.yields(), 1, "the period's worth of idle rounds in a row");
+    }
+
+    #[test]
+    fn a_spin_budget_grows_with_the_bytes_unless_the_core_is_shared() {
+        let base = Duration::from_micros(20);
+        SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
+        assert_eq!(spin_budget(base, 0), base);
+        assert_eq!(spin_budget(base, SPIN_BYTES_PER_US - 1), base, "less than a microsecond's worth");
+        // 1 MiB at 8 GB/s: 131 µs more.
+        assert_eq!(spin_budget(base, 1 << 20), base + Duration::from_micros(131));
+        assert_eq!(spin_budget(base, 1 << 30), base + MAX_SIZE_SPIN, "capped");
+        assert_eq!(spin_budget(Duration::ZERO, 1 << 20), Duration::from_micros(131));
+        // A thread whose last yield ran another process: the peers need the core.
+        SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS_CONTENDED));
+        assert_eq!(spin_budget(base, 1 << 20), base);
+        SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS / 2));
+        assert_eq!(spin_budget(base, 1 << 20), base, "still on its way back to the long period");
+        SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
     }
 }

@@ -291,3 +291,13 @@ impl Worker {
         Listener::bind(py, &self.engine, callback, port, ip)
     }
 }
+
+/// The spin budget, in microseconds, of a wait of `spin_us` on operations that move `nbytes`
+/// ([`ucx_core::spin_budget`]: grown by about the time the bytes take over shared memory,
+/// unless this thread's core is shared). For `Worker.spin` callers that wait on a call's large
+/// parts (the collectives).
+#[pyfunction]
+pub(crate) fn spin_budget_us(spin_us: u64, nbytes: usize) -> u64 {
+    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes);
+    u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
+}
