@@ -178,7 +178,7 @@ async def huge_announcement(c):
     """Rank 1 tells rank 0 its part is 2**50 bytes (and sends 1000): rank 0 cannot make room,
     receives the message only to drop it, and its call fails naming the size; ranks 1 and 2
     complete theirs whole, and a second call works on every rank."""
-    import ucp.collective as collective
+    import ucp.collective.communicator as collective
 
     honest = collective._native
 

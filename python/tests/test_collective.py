@@ -347,20 +347,20 @@ def test_the_spin_budget_grows_with_a_calls_bytes_as_ucx_cores_rule():
 
 def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
     """What a call's operations move reaches the spin's budget: a 1 MiB send and receive
-    posted through ``_Posted``, still in flight when it settles, ask for a budget over 2 MiB
+    posted through ``Posted``, still in flight when it settles, ask for a budget over 2 MiB
     (a flat budget would fall through to the event loop while UCX copies the part)."""
     from conftest import pair, run
-    import ucp.collective as collective
+    from ucp.collective.posted import Posted
 
     asked = []
     budget = native.spin_budget_us
-    monkeypatch.setattr(collective._native, "spin_budget_us", lambda us, n: asked.append(n) or budget(us, n))
+    monkeypatch.setattr(native, "spin_budget_us", lambda us, n: asked.append(n) or budget(us, n))
 
     async def main():
         lf, client, server = await pair()
         part = bytes(range(256)) * 4096
         got = bytearray(len(part))
-        posted = collective._Posted()
+        posted = Posted()
         posted.recv(server, memoryview(got), 7)
         posted.send(client, part, 7)
         await posted.settle()

@@ -1,0 +1,151 @@
+"""The operations of one collective call, posted before anything waits and settled together
+(``Posted``), and the inline spin that lets a call finish without a pass through the event
+loop (``spin_until_done``)."""
+import asyncio
+import time
+
+from .. import _ucx_async as _native
+from .._libs.exceptions import UCXCanceled, UCXCloseError, UCXError, UCXMsgTruncated
+from ..continuous_ucx_progress import inline_spin_us
+
+
+class Posted:
+    """The operations of one collective call, posted as native futures before anything waits
+    (a task per message and its passes through the event loop cost more than a small part's
+    whole exchange), plus tasks for what takes several steps. ``settle`` waits for all of them,
+    even when some fail, then raises the first failure: a failed peer costs the others nothing,
+    and nothing of the call runs on after it."""
+
+    def __init__(self):
+        self.ops = []  # (endpoint, future, whether a receive, or DISCARD) of what UCX has not finished
+        self.nbytes = 0  # what those operations move, for the spin's budget
+        self.tasks = []
+        self.failures = []
+
+    def recv(self, ep, buffer, tag):
+        """Posts a receive of exactly ``len(buffer)`` bytes on ``tag``."""
+        try:
+            fut = ep._post_recv(buffer, tag, 0)
+        except Exception as e:
+            self.failures.append(e)
+            return
+        if fut is None:
+            ep._recv_finished()
+        else:
+            self.ops.append((ep, fut, True))
+            self.nbytes += nbytes_of(buffer)
+
+    def discard(self, ep, tag):
+        """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
+        room UCX cuts the message short and its sender still completes (rendezvous
+        included); only a failure of the endpoint counts against it."""
+        try:
+            fut = ep._post_recv(bytearray(1), tag, 0)
+        except Exception as e:
+            if not cut_short(e):
+                self.failures.append(e)
+                return
+            fut = None
+        if fut is None:
+            ep._recv_finished()
+        else:
+            self.ops.append((ep, fut, DISCARD))
+
+    def send(self, ep, buffer, tag, fast=False):
+        """Posts a send on ``tag``; whether it was posted (False: it failed at once)."""
+        try:
+            fut = ep._post_send(buffer, tag, 0, fast)
+        except Exception as e:
+            if ep._send_failure(e) is not None:
+                self.failures.append(e)
+            return False
+        if fut is not None:
+            self.ops.append((ep, fut, False))
+            self.nbytes += nbytes_of(buffer)
+        return True
+
+    def task(self, coroutine):
+        self.tasks.append(asyncio.ensure_future(coroutine))
+
+    def cancel(self):
+        for f in (*(f for _, f, _ in self.ops), *self.tasks):
+            f.cancel()
+
+    async def settle(self):
+        futures = [f for _, f, _ in self.ops]
+        if not self.tasks and (not futures or spin_until_done(self.ops[0][0]._worker, futures, self.nbytes)):
+            # All finished inline: their outcomes, with no pass through the event loop.
+            settled = [outcome(f) for f in futures]
+        else:
+            try:
+                settled = await asyncio.gather(*futures, *self.tasks, return_exceptions=True)
+            except BaseException:
+                self.cancel()  # cancelled: nothing of this call runs on
+                raise
+        for (ep, _, is_recv), result in zip(self.ops, settled):
+            if is_recv is DISCARD and (not isinstance(result, BaseException) or cut_short(result)):
+                ep._recv_finished()
+                continue
+            if not isinstance(result, BaseException):
+                if is_recv:
+                    ep._recv_finished()
+            elif is_recv or ep._send_failure(result) is not None:
+                self.failures.append(result)
+        self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
+        if self.failures:
+            raise self.failures[0]
+
+
+# The kind of a `Posted` operation that receives a message only to drop it.
+DISCARD = "discard"
+
+
+def cut_short(e):
+    """Whether a receive's error says only that the message was longer than its room (UCX's
+    truncation, or our length check), not that the endpoint failed or closed."""
+    return isinstance(e, (UCXError, UCXMsgTruncated)) and not isinstance(e, (UCXCanceled, UCXCloseError))
+
+
+def spin_until_done(worker, futures, nbytes=0):
+    """Progresses ``worker`` inline until every future in ``futures`` (operations UCX runs,
+    moving ``nbytes`` in all) is done, for up to ``UCXPY_SPIN_US`` (grown with ``nbytes`` as
+    ucx-async's inline spin grows: ``spin_budget_us``) and only when nothing else on the event
+    loop is ready (``continuous_ucx_progress.inline_spin_us``, as ``Endpoint.send``/``recv``
+    do). A small collective's messages arrive within microseconds over shared memory, a large
+    part's copy takes about its size / 8 GB/s inside the spin's progress calls, and every pass
+    through the event loop costs more than either. Returns whether all are done."""
+    pending = [f for f in futures if not f.done()]
+    if not pending:
+        return True
+    budget = inline_spin_us()
+    if not budget:
+        return False
+    budget = _native.spin_budget_us(budget, nbytes)
+    deadline = time.perf_counter() + budget * 1e-6
+    while pending:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        worker.spin(int(left * 1e6) + 1)
+        pending = [f for f in pending if not f.done()]
+    return True
+
+
+def nbytes_of(buffer):
+    """How many bytes ``buffer`` holds (host or device array, memoryview, bytes), for a spin's
+    budget only: 0 where it does not say."""
+    n = getattr(buffer, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    try:
+        return len(buffer)
+    except TypeError:
+        return 0
+
+
+def outcome(future):
+    """A done future's result, or its exception (as ``gather(return_exceptions=True)``)."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception() or future.result()
+
