@@ -13,6 +13,9 @@ def test_readme_has_python_examples():
     assert python_blocks(), "the README shows a Python example"
 
 
-def test_readme_python_examples_run():
+def test_readme_python_examples_run(monkeypatch):
+    # From the repository root, as the README runs them (a block names a file by its path
+    # there), wherever pytest was started.
+    monkeypatch.chdir(README.parent)
     for block in python_blocks():
         exec(compile(block, str(README), "exec"), {})
