@@ -10,7 +10,8 @@
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
-//! - [`try_join_posted`] (`posting`): several operations submitted before any is waited for.
+//! - [`try_join_posted`] (`posting`): several operations submitted before any is waited for;
+//!   `window`: a window of them in flight, taken back oldest first (the bounce-buffer pipeline).
 //! - [`collective`]: [`Communicator`] over N ranks (bootstrap, messages by rank, `barrier`,
 //!   `allgather`, `alltoallv`) and [`Launch`], the launcher's variables.
 //! - [`multirail`]: [`RailGroup`], one connection over several endpoints (rails, each on its
@@ -35,6 +36,7 @@ pub mod multirail;
 mod op;
 mod posting;
 mod reactor;
+mod window;
 mod worker;
 
 pub use am::{AmAllocator, AmBuffer};

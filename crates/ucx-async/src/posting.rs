@@ -26,11 +26,12 @@ pub(crate) fn spin_allowed() -> bool {
     !POSTING.with(Cell::get)
 }
 
-/// Clears the flag even if a poll panics.
-struct Posting;
+/// While it lives, futures polled on this thread do not spin (their operation is only
+/// posted); clears the flag even if a poll panics.
+pub(crate) struct Posting;
 
 impl Posting {
-    fn enter() -> Posting {
+    pub(crate) fn enter() -> Posting {
         POSTING.with(|p| p.set(true));
         Posting
     }

@@ -6,10 +6,9 @@
 //! nothing to register and the copies only cost, so [`DataPath::Auto`] picks the bounce path
 //! only for peers reached over InfiniBand-class transports. The bytes of the announcement
 //! that tells the receiver which path a part takes live in ucx-core's `wire::alltoallv`.
-use futures_util::stream::{FuturesOrdered, StreamExt};
-
 use crate::core::wire::alltoallv::{Announce, DEFAULT_BATCH, DEFAULT_DEPTH};
 use crate::core::{Status, FULL_MASK};
+use crate::window::Window;
 use crate::{try_join_posted, Endpoint, Error, Result};
 
 pub use crate::core::wire::alltoallv::AUTO_MIN_PART;
@@ -92,18 +91,20 @@ pub(crate) async fn drop_message(ep: &Endpoint, tag: u64) -> Result<()> {
 
 /// Sends `part` to `ep` as `announce` says: one message, or its batches copied through
 /// `slots` (at least one buffer of `announce.batch` bytes), at most `slots.len()` in flight.
-pub(crate) async fn send_part(
-    ep: &Endpoint,
+pub(crate) async fn send_part<'a>(
+    ep: &'a Endpoint,
     part: &[u8],
     announce: Announce,
     tag_of: impl Fn(usize) -> Result<u64>,
-    slots: &mut [Vec<u8>],
+    slots: &'a mut [Vec<u8>],
 ) -> Result<()> {
     if announce.batch == 0 {
         return ep.send_tag(part, tag_of(Announce::tag_batch(0))?).await;
     }
+    let send =
+        |slot: &'a mut Vec<u8>, n: usize, tag: u64| async move { ep.send_tag(&slot[..n], tag).await.map(|()| slot) };
     let mut free: Vec<&mut Vec<u8>> = slots.iter_mut().collect();
-    let mut inflight = FuturesOrdered::new();
+    let mut inflight = Window::new(free.len());
     for k in 0..announce.messages() {
         let slot = match free.pop() {
             Some(s) => s,
@@ -114,7 +115,7 @@ pub(crate) async fn send_part(
         let n = (r.end - r.start) as usize;
         slot[..n].copy_from_slice(&part[r.start as usize..r.end as usize]);
         let tag = tag_of(Announce::tag_batch(k))?;
-        inflight.push_back(async move { ep.send_tag(&slot[..n], tag).await.map(|()| slot) });
+        inflight.push(send(slot, n, tag)).await;
     }
     while let Some(done) = inflight.next().await {
         done?;
@@ -125,12 +126,12 @@ pub(crate) async fn send_part(
 /// Receives into `out` (the part's length) what a peer sends as `announce` says: one message
 /// in place, or its batches into `slots` (posted ahead, up to `slots.len()`) and copied out
 /// in order. Batches larger than this rank's buffers are received in place instead.
-pub(crate) async fn recv_part(
-    ep: &Endpoint,
+pub(crate) async fn recv_part<'a>(
+    ep: &'a Endpoint,
     out: &mut [u8],
     announce: Announce,
     tag_of: impl Fn(usize) -> Result<u64>,
-    slots: &mut [Vec<u8>],
+    slots: &'a mut [Vec<u8>],
     op: &'static str,
     rank: usize,
 ) -> Result<()> {
@@ -149,6 +150,11 @@ pub(crate) async fn recv_part(
         })
     };
     let fits = slots.first().is_some_and(|s| s.len() >= announce.batch as usize);
+    if announce.batch == 0 && announce.messages() == 1 {
+        // The direct path's one message: no join, nothing to allocate.
+        let tag = tag_of(Announce::tag_batch(0))?;
+        return check(0, ep.recv_tag(out, tag, FULL_MASK).await?);
+    }
     if announce.batch == 0 || !fits {
         // In place: each message straight into its range of `out`, all posted at once.
         let mut rest = &mut out[..];
@@ -161,8 +167,12 @@ pub(crate) async fn recv_part(
         }
         return try_join_posted(recvs).await.map(drop);
     }
+    let recv = |k: u64, slot: &'a mut Vec<u8>, n: usize, tag: u64| async move {
+        let got = ep.recv_tag(&mut slot[..n], tag, FULL_MASK).await?;
+        Ok::<_, Error>((k, got, slot))
+    };
     let mut free: Vec<&mut Vec<u8>> = slots.iter_mut().collect();
-    let mut inflight = FuturesOrdered::new();
+    let mut inflight = Window::new(free.len());
     let messages = announce.messages();
     let mut posted = 0u64;
     let mut copied = 0u64;
@@ -172,11 +182,7 @@ pub(crate) async fn recv_part(
             let Some(slot) = free.pop() else { break };
             let (_, n) = want(posted);
             let tag = tag_of(Announce::tag_batch(posted))?;
-            let k = posted;
-            inflight.push_back(async move {
-                let got = ep.recv_tag(&mut slot[..n], tag, FULL_MASK).await?;
-                Ok::<_, Error>((k, got, slot))
-            });
+            inflight.push(recv(posted, slot, n, tag)).await;
             posted += 1;
         }
         let (k, got, slot) = inflight.next().await.expect("a receive is posted")?;

@@ -1,0 +1,87 @@
+//! `alltoallv` allocates per call, never per message: its allocations (counted with a global
+//! allocator, two ranks in this process) are the same whether a part is one message or many,
+//! on the direct path and through the bounce-buffer pool. One test per binary.
+
+#[path = "../../ucx-core/tests/common/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use counting_alloc::{allocations, Counting};
+use tokio::sync::Barrier;
+use ucx_async::collective::{Bounce, DataPath};
+use ucx_async::core::Context;
+use ucx_async::{Communicator, Listener, ProgressMode, Worker};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// (what, bytes per part, path, batch size): pairs that differ only in how many messages a
+/// part takes.
+const SHAPES: [(&str, usize, DataPath, usize); 4] = [
+    ("direct, inline in its announcement", 1 << 10, DataPath::Direct, 1 << 20),
+    ("direct, one rendezvous message", 1 << 20, DataPath::Direct, 1 << 20),
+    ("bounce pool, 16 batches", 1 << 20, DataPath::Buffered, 64 << 10),
+    ("bounce pool, 256 batches", 1 << 20, DataPath::Buffered, 4 << 10),
+];
+const CALLS: usize = 50;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
+    let ranks = 2;
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    let workers: Vec<Worker> = (0..ranks).map(|_| Worker::new(&ctx, ProgressMode::Event).unwrap()).collect();
+    let mut listener = Some(Listener::bind(&workers[0], "127.0.0.1:0".parse().unwrap()).unwrap());
+    let root = listener.as_ref().unwrap().local_addr();
+    let barrier = Arc::new(Barrier::new(ranks));
+    let mut tasks = Vec::new();
+    for (rank, w) in workers.into_iter().enumerate() {
+        let (listener, barrier) = (listener.take(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut comm = match listener {
+                Some(l) => Communicator::serve(&w, &l, ranks).await,
+                None => Communicator::bootstrap(&w, rank, ranks, root).await,
+            }
+            .unwrap();
+            let mut per_call = Vec::new();
+            let mut out = Vec::new();
+            for (_, size, path, batch) in SHAPES {
+                comm.set_data_path(path);
+                comm.set_bounce(Bounce { batch, depth: 4 }).unwrap();
+                let parts: Vec<Vec<u8>> = (0..ranks).map(|dst| vec![(rank * ranks + dst) as u8; size]).collect();
+                let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                // Warm: the pool, the received parts' buffers, UCX's lanes and our tables.
+                for _ in 0..20 {
+                    comm.alltoallv_into(&refs, &mut out).await.unwrap();
+                }
+                let before = allocations();
+                barrier.wait().await;
+                for _ in 0..CALLS {
+                    comm.alltoallv_into(&refs, &mut out).await.unwrap();
+                }
+                barrier.wait().await;
+                per_call.push((allocations() - before) as f64 / CALLS as f64);
+                for (src, got) in out.iter().enumerate() {
+                    assert!(
+                        got.len() == size && got.iter().all(|&b| b == (src * ranks + rank) as u8),
+                        "rank {src}'s part"
+                    );
+                }
+            }
+            comm.close().await.unwrap();
+            per_call
+        }));
+    }
+    let mut counts = Vec::new();
+    for t in tasks {
+        counts.push(tokio::time::timeout(Duration::from_secs(120), t).await.expect("no rank hangs").unwrap());
+    }
+    // Rank 0 counted from before the first barrier to after the second: both ranks' calls.
+    let c = &counts[0];
+    let report: Vec<String> = SHAPES.iter().zip(c).map(|(s, n)| format!("{}: {n:.1}", s.0)).collect();
+    // One more allocation per call is noise (a runtime's own); one per message would be 1 to
+    // 255 more here.
+    assert!(c[1] <= c[0] + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
+    assert!(c[3] <= c[2] + 1.0, "256 batches allocate more than 16: {report:?}");
+}
