@@ -80,6 +80,7 @@ async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
     // Rank 0 counted from before the first barrier to after the second: both ranks' calls.
     let c = &counts[0];
     let report: Vec<String> = SHAPES.iter().zip(c).map(|(s, n)| format!("{}: {n:.1}", s.0)).collect();
+    eprintln!("allocations per call, both ranks: {report:?}");
     // One more allocation per call is noise (a runtime's own); one per message would be 1 to
     // 255 more here.
     assert!(c[1] <= c[0] + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
