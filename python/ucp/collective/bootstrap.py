@@ -21,6 +21,9 @@ BOOTSTRAP_TIMEOUT = 60.0
 
 
 def init_nearest_devices():
+    """Initialises ``ucp`` on the devices nearest this rank's GPU (``rank_net_devices``) for
+    ``bootstrap(net_devices="auto")``, unless ``ucp`` is up already or ``UCX_NET_DEVICES`` is
+    set."""
     if core.initialized():
         logger.warning("net_devices='auto': ucp is already initialised; its devices stay as they are")
         return
@@ -125,4 +128,3 @@ async def join(rank, size, host, port, mine, rendezvous_file=None, error_handlin
     if len(table) != size:
         raise ValueError(f"the address table has {len(table)} ranks, this rank expects {size}")
     return table, [ep]
-

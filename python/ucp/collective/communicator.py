@@ -382,4 +382,3 @@ def _resize(buf, n):
     if len(buf) != n:
         buf[n:] = b""
         buf.extend(bytes(n - len(buf)))
-

@@ -64,4 +64,3 @@ def rank_net_devices(environ=None, xml=None):
     from .._libs.topological_distance import auto_net_devices
 
     return auto_net_devices(local_rank(environ), xml=xml)
-

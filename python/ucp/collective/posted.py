@@ -148,4 +148,3 @@ def outcome(future):
     if future.cancelled():
         return asyncio.CancelledError()
     return future.exception() or future.result()
-
