@@ -12,6 +12,8 @@
 //! Run: `cargo run --release -p ucx-async --features cuda --example bench_cuda -- --mode polling`
 #[path = "common/accept_or_exit.rs"]
 mod accept_or_exit;
+#[path = "common/oob.rs"]
+mod oob;
 #[path = "common/progress_mode.rs"]
 mod progress_mode;
 #[path = "common/server_process.rs"]
@@ -33,12 +35,13 @@ Tag ping-pong of device memory between two processes (ucx-async, cust buffers), 
 with ucx_perftest -t tag_lat -m cuda. Needs a CUDA GPU (exits 2 without one).
 
 usage: bench_cuda [--sizes B,B,...] [-n ITERS | --full] [--mode event|polling|adaptive]
-                  [--server | --client PORT]
+                  [--worker-address] [--server | --client PORT]
   --sizes   message sizes in bytes (default 8,1048576,67108864)
   -n        timed round trips per size (default: 200 up to 64 KiB, 100 up to 4 MiB, else 20,
             a quick check); a tenth as many untimed first
   --full    as the harness's perftest rows: 5000, 1000 and 100
-  --mode    how the reactor drives progress (default event)
+  --mode    how the reactor drives progress: event (default), polling, adaptive[=US]
+  --worker-address  connect by worker address, as ucx_perftest does (default: a listener)
   --server / --client  one side only (the server prints its port)
 With neither, it starts its own server process.";
 
@@ -49,6 +52,8 @@ struct Opts {
     /// Round trips per size as the GPU harness runs ucx_perftest, instead of a quick check.
     full: bool,
     mode: String,
+    /// Connect by worker address (as ucx_perftest) instead of through a listener.
+    worker_address: bool,
 }
 
 impl Opts {
@@ -70,6 +75,9 @@ impl Opts {
         }
         if self.full {
             a.push("--full".into());
+        }
+        if self.worker_address {
+            a.push("--worker-address".into());
         }
         a
     }
@@ -96,7 +104,8 @@ fn parse(args: &[String]) -> Opts {
     });
     let mode = get("--mode").unwrap_or_else(|| "event".into());
     progress_mode::progress_mode("bench_cuda", &mode); // checks the name
-    Opts { sizes, iters, full: args.iter().any(|a| a == "--full"), mode }
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    Opts { sizes, iters, full: flag("--full"), mode, worker_address: flag("--worker-address") }
 }
 
 fn main() {
@@ -140,10 +149,14 @@ fn options() -> ConnectOptions {
 
 async fn server(o: Opts) -> Result<(), BoxError> {
     let worker = Worker::new(&context()?, progress_mode::progress_mode("bench_cuda", &o.mode))?;
-    let any = "127.0.0.1:0".parse()?;
-    let listener = Listener::bind_with(&worker, any, Flavour::UcxPy, options())?;
-    println!("PORT {}", listener.local_addr().port());
-    let ep = accept_or_exit(&listener).await?;
+    let ep = if o.worker_address {
+        oob::server(&worker, options()).await?
+    } else {
+        let any = "127.0.0.1:0".parse()?;
+        let listener = Listener::bind_with(&worker, any, Flavour::UcxPy, options())?;
+        println!("PORT {}", listener.local_addr().port());
+        accept_or_exit(&listener).await?
+    };
     for &size in &o.sizes {
         let mut buf = DeviceBuffer::from_slice(&vec![0u8; size])?;
         let n = o.iters(size);
@@ -159,7 +172,11 @@ async fn server(o: Opts) -> Result<(), BoxError> {
 
 async fn client(o: Opts, port: u16) -> Result<(), BoxError> {
     let worker = Worker::new(&context()?, progress_mode::progress_mode("bench_cuda", &o.mode))?;
-    let ep = Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options()).await?;
+    let ep = if o.worker_address {
+        oob::client(&worker, port, options()).await?
+    } else {
+        Endpoint::connect_with(&worker, ([127, 0, 0, 1], port).into(), options()).await?
+    };
     let mut summary = Vec::new();
     for &size in &o.sizes {
         let out = DeviceBuffer::from_slice(&vec![1u8; size])?;
@@ -181,8 +198,9 @@ async fn client(o: Opts, port: u16) -> Result<(), BoxError> {
         let one_way = |d: Duration| d.as_secs_f64() / 2.0;
         let median = one_way(rtts[rtts.len() / 2]);
         println!(
-            "bench_cuda: size={size} mode={} iters={n} median_us={:.1} p99_us={:.1} GiBps={:.2}",
+            "bench_cuda: size={size} mode={} connect={} iters={n} median_us={:.1} p99_us={:.1} GiBps={:.2}",
             o.mode,
+            if o.worker_address { "address" } else { "listener" },
             median * 1e6,
             one_way(rtts[rtts.len() * 99 / 100]) * 1e6,
             size as f64 / median / (1u64 << 30) as f64

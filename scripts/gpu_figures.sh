@@ -14,7 +14,9 @@
 #                        own default, so its perftest rows are perftest as it comes);
 #   spin.txt             8 B and 1 MiB with ucp's blocking mode spinning up to 1 ms
 #                        (UCXPY_SPIN_US=1000; the default 100 µs is shorter than a GPU round
-#                        trip) before it sleeps on the wakeup fd.
+#                        trip) before it sleeps on the wakeup fd;
+#   device_spin.txt      scripts/gpu_device_spin.sh: what the inline spin on device memory
+#                        (ucx_core::DEVICE_SPIN) buys in Rust and ucp, against perftest.
 # Run from the project root on the GPU machine, after `bash ../shared/gpu/prepare.sh` built
 # .gpu/ here: OUT=/some/dir bash scripts/gpu_figures.sh. Stops itself by DEADLINE_S (560 s); a
 # step that would not fit is skipped and says so in $OUT/steps.txt. About 7 minutes in all.
@@ -22,7 +24,8 @@
 # HARNESS_SECTIONS (default: all but rust, which took 130 s of a 540-s full run on a 16-core
 # H200 and passed there on 2026-11-26, and bench, which like_for_like supersedes),
 # HARNESS_BUDGET_S (160: no harness check starts later) and GPU_PYTEST_HOST (default: the host
-# files about cancellation, transfers and CAI intake) trim the first step.
+# files about cancellation, transfers and CAI intake) trim the first step. STEPS (default: all)
+# names the steps to run, e.g. STEPS="harness device-spin like-for-like".
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -34,6 +37,7 @@ T0=$SECONDS
 step() { # NAME NEEDS_S CMD... : runs CMD if NEEDS_S seconds are left, under a timeout of what is left
     local name=$1 need=$2 left
     shift 2
+    case " ${STEPS:-$name} " in *" $name "*) ;; *) return ;; esac
     left=$((DEADLINE_S - (SECONDS - T0)))
     if ((left < need)); then
         echo "$name: skipped, $left s left of $DEADLINE_S" >>"$OUT/steps.txt"
@@ -57,6 +61,7 @@ step rust-tests 30 bash -c 'for t in ucx-core.test.cuda ucx-async.test.multirail
     set -- $t; echo "== $*"; timeout -k 5 120 "'"$W"'/bin/$1" ${2:-} --nocapture --test-threads=1 2>&1 |
         grep -E "^test |test result|skipped|panicked"
 done' >"$OUT/rust_tests.txt" 2>&1
+step device-spin 60 bash scripts/gpu_device_spin.sh >"$OUT/device_spin.txt" 2>&1
 step like-for-like 60 env MEM=cuda bash scripts/bench_ucp_vs_perftest.sh >"$OUT/like_for_like.txt" 2>&1
 
 # shellcheck source=scripts/perftest.sh
@@ -77,6 +82,6 @@ step like-for-like-cache-y 60 env MEM=cuda UCX_MEMTYPE_CACHE=y bash scripts/benc
 step spin 40 env MEM=cuda SIZES="8 1048576" UCXPY_SPIN_US=1000 bash scripts/bench_ucp_vs_perftest.sh \
     >"$OUT/spin.txt" 2>&1
 cat "$OUT/steps.txt"
-for f in summary.txt rust_tests.txt like_for_like.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
+for f in summary.txt rust_tests.txt device_spin.txt like_for_like.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
     [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }
 done

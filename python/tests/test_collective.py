@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -354,7 +355,7 @@ def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
 
     asked = []
     budget = native.spin_budget_us
-    monkeypatch.setattr(native, "spin_budget_us", lambda us, n: asked.append(n) or budget(us, n))
+    monkeypatch.setattr(native, "spin_budget_us", lambda us, n, device: asked.append(n) or budget(us, n, device))
 
     async def main():
         lf, client, server = await pair()
@@ -370,6 +371,42 @@ def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
 
     run(main())
     assert asked and max(asked) >= 2 << 20, asked
+
+
+def test_device_memory_gets_the_device_spin(monkeypatch):
+    """A wait on device memory spins for the device allowance (``ucx_core::DEVICE_SPIN``,
+    500 µs: a small GPU transfer's time is the driver's fixed costs) plus its bytes at
+    100 GB/s, at most 2 ms. ``Posted`` tells device buffers by their type's
+    ``__cuda_array_interface__``."""
+    from ucp.collective.posted import Posted, is_device
+
+    if os.environ.get("UCXA_DEVICE_SPIN_US"):
+        pytest.skip("UCXA_DEVICE_SPIN_US overrides the default")
+
+    def budgets():
+        # On a new thread: one whose earlier spins saw its core shared gets no allowance.
+        got.extend(native.spin_budget_us(*a) for a in [(100, 8, True), (100, 64 << 20, True), (100, 1 << 30, True), (100, 8), (0, 8, True)])
+
+    got = []
+    t = threading.Thread(target=budgets)
+    t.start()
+    t.join()
+    assert got[:4] == [600, 1271, 2100, 100]
+    assert got[4] == 0, "no spin asked (others ready to run): none given"
+
+    class DeviceArray:  # CuPy-shaped: the interface is a property of the type
+        nbytes = 64
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("the spin's budget must not build the interface")
+
+    posted = Posted()
+    posted.count(bytearray(8))
+    assert (posted.nbytes, posted.device) == (8, False)
+    posted.count(DeviceArray())
+    assert (posted.nbytes, posted.device) == (72, True)
+    assert is_device(DeviceArray()) and not is_device(memoryview(b"x"))
 
 
 def test_each_rank_gets_the_devices_nearest_its_gpu():

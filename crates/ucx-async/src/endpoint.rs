@@ -17,7 +17,7 @@ use crate::am::AmBuffer;
 use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
-use crate::op::{Completes, CompletesOwned};
+use crate::op::{Completes, CompletesOwned, Load};
 use crate::worker::{Swept, Worker};
 
 /// How long dropping one unreceived message may progress the worker (a rendezvous whose
@@ -276,10 +276,10 @@ impl Endpoint {
         }
     }
 
-    /// Awaits operation `s` of `op` on this endpoint, which moves `bytes` (the inline spin
-    /// scales with them), naming its failure by cause.
-    async fn finish(&self, op: &'static str, s: Submitted<'_>, bytes: usize) -> Result<()> {
-        Completes::new(s, &self.inner.worker.inner.signals).sized(bytes).await.map(drop).map_err(|e| self.cause(op, e))
+    /// Awaits operation `s` of `op` on this endpoint, which moves `load` (the inline spin
+    /// scales with it), naming its failure by cause.
+    async fn finish(&self, op: &'static str, s: Submitted<'_>, load: Load) -> Result<()> {
+        Completes::new(s, &self.inner.worker.inner.signals).moving(load).await.map(drop).map_err(|e| self.cause(op, e))
     }
 
     fn msg_tags(&self, op: &'static str) -> Result<Tags> {
@@ -326,7 +326,7 @@ impl Endpoint {
         let core = &self.inner.core;
         let s = if fast { core.tag_send_fast(buf, tag) } else { core.tag_send(buf, tag) };
         let s = s.map_err(|e| self.cause("Endpoint::send", e))?;
-        self.finish("Endpoint::send_tag", s, buf.byte_len()).await
+        self.finish("Endpoint::send_tag", s, Load::new(buf.byte_len(), buf.memory_type())).await
     }
 
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
@@ -335,7 +335,7 @@ impl Endpoint {
     pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv", tag, mask)?;
-        let bytes = buf.byte_len();
+        let load = Load::new(buf.byte_len(), buf.memory_type());
         let s = self
             .inner
             .worker
@@ -343,7 +343,7 @@ impl Endpoint {
             .unclaimed
             .recv(self.inner.worker.core(), buf, tag, mask)
             .map_err(|e| self.cause("Endpoint::recv", e))?;
-        let fut = Completes::new(s, &self.inner.worker.inner.signals).sized(bytes);
+        let fut = Completes::new(s, &self.inner.worker.inner.signals).moving(load);
         let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
         state.recv_finished();
         Ok(c.length)
@@ -356,9 +356,9 @@ impl Endpoint {
         let tag = self.msg_tags("Endpoint::send_owned")?.msg_send;
         self.inner.state.check("Endpoint::send_owned")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
-        let bytes = buf.byte_len();
+        let load = Load::new(buf.byte_len(), buf.memory_type());
         let op = self.inner.core.tag_send_owned(buf, tag).map_err(|e| self.cause("Endpoint::send_owned", e))?;
-        let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
+        let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
         (&mut fut).await?;
         Ok(fut.op.take().and_then(ucx_core::Owned::into_buffer).expect("a completed operation returns its buffer"))
     }
@@ -369,7 +369,7 @@ impl Endpoint {
         let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
-        let bytes = buf.byte_len();
+        let load = Load::new(buf.byte_len(), buf.memory_type());
         let op = self
             .inner
             .worker
@@ -377,7 +377,7 @@ impl Endpoint {
             .unclaimed
             .recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)
             .map_err(|e| self.cause("Endpoint::recv_owned", e))?;
-        let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, bytes);
+        let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
         let mut watched = Watched::new(fut, state, Some(&self.inner.core));
         let c = (&mut watched).await?;
         state.recv_finished();
@@ -397,7 +397,7 @@ impl Endpoint {
             .core
             .am_send(am_header::UCXPY_AM_ID, &header, buf, opts)
             .map_err(|e| self.cause("Endpoint::am_send", e))?;
-        self.finish("Endpoint::am_send", s, 0).await
+        self.finish("Endpoint::am_send", s, Load::NONE).await
     }
 
     /// Receives the next active message the peer sent with [`Endpoint::am_send`], in a buffer
@@ -460,7 +460,7 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::put")?;
         let s = self.inner.core.put(buf, remote_addr, rkey).map_err(|e| self.cause("Endpoint::put", e))?;
-        self.finish("Endpoint::put", s, 0).await
+        self.finish("Endpoint::put", s, Load::NONE).await
     }
 
     /// Reads the peer's registered memory at `remote_addr` into `buf` (one-sided).
@@ -472,14 +472,14 @@ impl Endpoint {
     ) -> Result<()> {
         self.inner.state.check("Endpoint::get")?;
         let s = self.inner.core.get(buf, remote_addr, rkey).map_err(|e| self.cause("Endpoint::get", e))?;
-        self.finish("Endpoint::get", s, 0).await
+        self.finish("Endpoint::get", s, Load::NONE).await
     }
 
     /// Sends `buf` on the endpoint's stream.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
         let s = self.inner.core.stream_send(buf).map_err(|e| self.cause("Endpoint::stream_send", e))?;
-        self.finish("Endpoint::stream_send", s, buf.byte_len()).await
+        self.finish("Endpoint::stream_send", s, Load::new(buf.byte_len(), buf.memory_type())).await
     }
 
     /// Stream bytes that arrived before a stream receive asked for them, held for the next
@@ -493,16 +493,16 @@ impl Endpoint {
     /// the receive fails with `Unsupported` saying so.
     pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_recv")?;
-        let bytes = buf.byte_len();
+        let load = Load::new(buf.byte_len(), buf.memory_type());
         // Under the backlog's lock, so no sweep takes bytes between the read and the post.
         let (_, s) = self.inner.stream.lock().unwrap_or_else(|p| p.into_inner()).receive(&self.inner.core, buf)?;
-        self.finish("Endpoint::stream_recv", s, bytes).await
+        self.finish("Endpoint::stream_recv", s, load).await
     }
 
     /// Completes every operation issued so far, remotely.
     pub async fn flush(&self) -> Result<()> {
         let s = self.inner.core.flush().map_err(|e| self.cause("Endpoint::flush", e))?;
-        self.finish("Endpoint::flush", s, 0).await
+        self.finish("Endpoint::flush", s, Load::NONE).await
     }
 
     /// Closes gracefully: tells a UCX-Py-speaking peer (control message with our send count,

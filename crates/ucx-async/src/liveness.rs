@@ -14,7 +14,7 @@ use ucx_core::{AmMessage, Overflow, Status, FULL_MASK};
 use crate::error::{Error, Result};
 
 use crate::am::AmRouter;
-use crate::op::{Cancel, Completes};
+use crate::op::{Cancel, Completes, Load};
 use crate::reactor::Signals;
 use crate::worker::Worker;
 
@@ -247,7 +247,7 @@ impl Future for AmWait<'_> {
         // A message that arrives during the spin (the usual case) is taken there: no waker to
         // register or unregister.
         let mut arrived = None;
-        this.signals.spin_until(0, || {
+        this.signals.spin_until(Load::NONE, || {
             // The inline check first: most rounds find nothing queued.
             if arrived.is_none() && this.router.any_queued() {
                 arrived = this.router.try_take(this.ep);

@@ -4,10 +4,27 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use ucx_core::{Completion, Owned, Result, Submitted};
+use ucx_core::{Completion, MemoryType, Owned, Result, Submitted};
 
 use crate::posting;
 use crate::reactor::Signals;
+
+/// What an operation moves, which sets how long its future spins before sleeping
+/// (`Signals::spin_until`, [`ucx_core::spin_budget`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Load {
+    pub(crate) bytes: usize,
+    pub(crate) memory: MemoryType,
+}
+
+impl Load {
+    /// An operation that moves nothing worth a longer spin (control messages, flushes).
+    pub(crate) const NONE: Load = Load { bytes: 0, memory: MemoryType::Host };
+
+    pub(crate) fn new(bytes: usize, memory: MemoryType) -> Load {
+        Load { bytes, memory }
+    }
+}
 
 /// Resolves when `submitted` completes. Dropping it before then cancels the operation and
 /// waits until UCX has released its buffer (see `ucx_core::Request`).
@@ -15,18 +32,18 @@ pub(crate) struct Completes<'a, 's> {
     submitted: Option<Submitted<'a>>,
     signals: &'s Signals,
     nudged: bool,
-    /// How many bytes the operation moves (it sets how long the future spins before sleeping).
-    bytes: usize,
+    /// What the operation moves (it sets how long the future spins before sleeping).
+    load: Load,
 }
 
 impl<'a, 's> Completes<'a, 's> {
     pub(crate) fn new(submitted: Submitted<'a>, signals: &'s Signals) -> Self {
-        Completes { submitted: Some(submitted), signals, nudged: false, bytes: 0 }
+        Completes { submitted: Some(submitted), signals, nudged: false, load: Load::NONE }
     }
 
-    /// An operation that moves `bytes` (a longer spin before sleeping; see `Signals::spin_until`).
-    pub(crate) fn sized(mut self, bytes: usize) -> Self {
-        self.bytes = bytes;
+    /// An operation that moves `load` (a longer spin before sleeping; see `Signals::spin_until`).
+    pub(crate) fn moving(mut self, load: Load) -> Self {
+        self.load = load;
         self
     }
 }
@@ -76,13 +93,13 @@ pub(crate) struct CompletesOwned<'s, B: Send + 'static> {
     pub(crate) op: Option<Owned<B>>,
     signals: &'s Signals,
     nudged: bool,
-    bytes: usize,
+    load: Load,
 }
 
 impl<'s, B: Send + 'static> CompletesOwned<'s, B> {
-    /// `bytes`: how many the operation moves, as for `Completes::sized`.
-    pub(crate) fn new(op: Owned<B>, signals: &'s Signals, bytes: usize) -> Self {
-        CompletesOwned { op: Some(op), signals, nudged: false, bytes }
+    /// `load`: what the operation moves, as for `Completes::moving`.
+    pub(crate) fn new(op: Owned<B>, signals: &'s Signals, load: Load) -> Self {
+        CompletesOwned { op: Some(op), signals, nudged: false, load }
     }
 }
 
@@ -113,7 +130,7 @@ impl<B: Send + 'static> Future for CompletesOwned<'_, B> {
         let Some(op) = this.op.as_mut() else { panic!("CompletesOwned polled after it finished") };
         // Spin before registering the waker (see `Completes::poll`).
         if posting::spin_allowed() {
-            this.signals.spin_until(this.bytes, || op.is_complete());
+            this.signals.spin_until(this.load, || op.is_complete());
         }
         let r = op.poll_complete(cx);
         if r.is_pending() && !this.nudged {
@@ -141,7 +158,7 @@ impl Future for Completes<'_, '_> {
                 // block_on task from its own thread costs an eventfd write, and a poll). Not
                 // while `try_join_posted` posts its operations.
                 if posting::spin_allowed() {
-                    this.signals.spin_until(this.bytes, || r.is_complete());
+                    this.signals.spin_until(this.load, || r.is_complete());
                 }
                 match r.poll_complete(cx) {
                     Poll::Ready(res) => {

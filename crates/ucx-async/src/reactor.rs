@@ -18,6 +18,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use ucx_core::Armed;
 
+use crate::op::Load;
 use crate::worker::Unclaimed;
 
 /// How the reactor waits for UCX.
@@ -67,11 +68,11 @@ impl Signals {
     }
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
-    /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with the
-    /// `bytes` the operation moves ([`ucx_core::spin_budget`]). Returns at once if `done()`
-    /// already holds.
-    pub(crate) fn spin_until(&self, bytes: usize, done: impl FnMut() -> bool) {
-        let budget = ucx_core::spin_budget(self.inline_spin, bytes);
+    /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with what
+    /// the operation moves ([`ucx_core::spin_budget`]: its bytes, or device memory). Returns
+    /// at once if `done()` already holds.
+    pub(crate) fn spin_until(&self, load: Load, done: impl FnMut() -> bool) {
+        let budget = ucx_core::spin_budget(self.inline_spin, load.bytes, load.memory);
         let spin = self.worker.spin_until(budget, done);
         // The spin armed the worker and UCX answered busy: a sleeping reactor would wait on an
         // fd that stays quiet, so it must progress again.

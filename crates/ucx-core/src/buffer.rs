@@ -50,6 +50,11 @@ impl MemoryType {
         }
     }
 
+    /// Whether this is a GPU's memory (CUDA or ROCm, managed included).
+    pub fn is_device(self) -> bool {
+        matches!(self, MemoryType::Cuda | MemoryType::CudaManaged | MemoryType::Rocm | MemoryType::RocmManaged)
+    }
+
     /// The value passed to UCX as an operation's memory type (`None`: let UCX detect it).
     pub(crate) fn for_op(self) -> Option<sys::ucs_memory_type_t> {
         (self != MemoryType::Unknown).then(|| self.raw())

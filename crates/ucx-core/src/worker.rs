@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::address::WorkerAddress;
+use crate::buffer::MemoryType;
 use crate::context::{Context, Features};
 use crate::error::{check, Error, Result, Status};
 use crate::live::{self, Kind};
@@ -53,17 +54,49 @@ pub const SPIN_BYTES_PER_US: usize = 8_000;
 /// The most [`spin_budget`] adds for the bytes a wait moves.
 pub const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
 
-/// The budget of a [`Worker::spin_until`] that waits `base` for operations moving `bytes`:
-/// `base` plus about the time those bytes take over shared memory, at most [`MAX_SIZE_SPIN`].
-/// A large transfer then finishes in the spin instead of after a trip through the wakeup fd
-/// and the scheduler (UCX copies it inside the spin's progress calls, which a flat budget
-/// counts as waiting). Nothing is added where the calling thread's yields show its core shared
-/// (more busy processes than cores): the peers that copy the bytes need that core. The one
-/// home of this rule: ucx-async's inline spin and the Python collectives' spin use it
+/// What [`spin_budget`] adds for any wait on device memory, unless `UCXA_DEVICE_SPIN_US` says
+/// otherwise (read once). A small device transfer's time is the CUDA driver's fixed costs
+/// (IPC mapping, stream work, event queries), not its bytes: on an H200 VM a `cuda_ipc`
+/// rendezvous took 210–350 µs one way from 8 B to 1 MiB. Sleeping on the wakeup fd meanwhile
+/// costs the wake-up (for a copy's end, a host callback the driver runs on its own thread),
+/// which UCX's tools never pay: they poll. The measurements: docs/spin.md.
+pub const DEVICE_SPIN: Duration = Duration::from_micros(500);
+
+/// The rate [`spin_budget`] assumes for the bytes a wait on device memory moves (100 GB/s,
+/// between NVLink and a copy within one GPU): 64 MiB add 671 µs.
+pub const DEVICE_BYTES_PER_US: usize = 100_000;
+
+/// The most [`spin_budget`] adds for a wait on device memory, fixed costs and bytes together.
+pub const MAX_DEVICE_SPIN: Duration = Duration::from_millis(2);
+
+/// [`DEVICE_SPIN`], or `UCXA_DEVICE_SPIN_US` where set to a number of microseconds.
+pub fn device_spin() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::env::var("UCXA_DEVICE_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEVICE_SPIN, Duration::from_micros)
+    })
+}
+
+/// The budget of a [`Worker::spin_until`] that waits `base` for operations moving `bytes` of
+/// `memory`: `base` plus about the time those bytes take over shared memory (at most
+/// [`MAX_SIZE_SPIN`]) for host memory; for device memory, plus [`device_spin`] and the bytes'
+/// time at [`DEVICE_BYTES_PER_US`] (at most [`MAX_DEVICE_SPIN`]). A large
+/// transfer then finishes in the spin instead of after a trip through the wakeup fd and the
+/// scheduler (UCX copies it inside the spin's progress calls, which a flat budget counts as
+/// waiting). Nothing is added where the calling thread's yields show its core shared (more
+/// busy processes than cores): the peers that copy the bytes need that core. The one home of
+/// this rule: ucx-async's inline spin and ucp's (sends, receives, collectives) use it
 /// (measurements: docs/spin.md).
-pub fn spin_budget(base: Duration, bytes: usize) -> Duration {
+pub fn spin_budget(base: Duration, bytes: usize, memory: MemoryType) -> Duration {
     if spin_yield_period() < SPIN_YIELD_ROUNDS {
         return base;
+    }
+    if memory.is_device() {
+        let bytes = Duration::from_micros((bytes / DEVICE_BYTES_PER_US) as u64);
+        return base + (device_spin() + bytes).min(MAX_DEVICE_SPIN);
     }
     base + Duration::from_micros((bytes / SPIN_BYTES_PER_US) as u64).min(MAX_SIZE_SPIN)
 }
@@ -499,17 +532,27 @@ mod tests {
     fn a_spin_budget_grows_with_the_bytes_unless_the_core_is_shared() {
         let base = Duration::from_micros(20);
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
-        assert_eq!(spin_budget(base, 0), base);
-        assert_eq!(spin_budget(base, SPIN_BYTES_PER_US - 1), base, "less than a microsecond's worth");
+        let host = MemoryType::Host;
+        assert_eq!(spin_budget(base, 0, host), base);
+        assert_eq!(spin_budget(base, SPIN_BYTES_PER_US - 1, host), base, "less than a microsecond's worth");
         // 1 MiB at 8 GB/s: 131 µs more.
-        assert_eq!(spin_budget(base, 1 << 20), base + Duration::from_micros(131));
-        assert_eq!(spin_budget(base, 1 << 30), base + MAX_SIZE_SPIN, "capped");
-        assert_eq!(spin_budget(Duration::ZERO, 1 << 20), Duration::from_micros(131));
+        assert_eq!(spin_budget(base, 1 << 20, host), base + Duration::from_micros(131));
+        assert_eq!(spin_budget(base, 1 << 30, host), base + MAX_SIZE_SPIN, "capped");
+        assert_eq!(spin_budget(Duration::ZERO, 1 << 20, host), Duration::from_micros(131));
+        assert_eq!(spin_budget(base, 1 << 20, MemoryType::Unknown), base + Duration::from_micros(131), "as host");
+        // Device memory: the driver's fixed costs, then the bytes at 100 GB/s.
+        for memory in [MemoryType::Cuda, MemoryType::CudaManaged] {
+            assert_eq!(spin_budget(base, 0, memory), base + device_spin());
+            assert_eq!(spin_budget(base, 1 << 20, memory), base + device_spin() + Duration::from_micros(10));
+            assert_eq!(spin_budget(base, 64 << 20, memory), base + device_spin() + Duration::from_micros(671));
+            assert_eq!(spin_budget(base, 1 << 30, memory), base + MAX_DEVICE_SPIN, "capped");
+        }
         // A thread whose last yield ran another process: the peers need the core.
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS_CONTENDED));
-        assert_eq!(spin_budget(base, 1 << 20), base);
+        assert_eq!(spin_budget(base, 1 << 20, host), base);
+        assert_eq!(spin_budget(base, 1 << 20, MemoryType::Cuda), base);
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS / 2));
-        assert_eq!(spin_budget(base, 1 << 20), base, "still on its way back to the long period");
+        assert_eq!(spin_budget(base, 1 << 20, host), base, "still on its way back to the long period");
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
     }
 }

@@ -17,6 +17,7 @@ use crate::outcome::{Expect, Name};
 use crate::rma::RemoteKey;
 use crate::submit::{self, Submission};
 use crate::sync::lock;
+use crate::worker;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Endpoint {
@@ -50,13 +51,14 @@ impl TagRecv<'_> {
     ) -> PyResult<Option<Py<PyAny>>> {
         let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
         let nbytes = buf.len();
+        let spin_us = worker::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
         let op = Submission {
             submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
             expect: Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) },
             owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
         };
-        submit::track_spinning(engine, buffer.py(), op, on_done, self.spin_us)
+        submit::track_spinning(engine, buffer.py(), op, on_done, spin_us)
     }
 }
 
@@ -421,9 +423,10 @@ impl Endpoint {
         let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
+        let spin_us = worker::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
         let submitted = if how.fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
         let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
-        submit::track_spinning(&self.engine, py, op, on_done, how.spin_us)
+        submit::track_spinning(&self.engine, py, op, on_done, spin_us)
     }
 
     /// A worker-wide receive of exactly `tag`, registered on this endpoint, spinning up to

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use ucx_core::{Armed, Features, Owned, Status, WorkerAddress, FULL_MASK};
+use ucx_core::{Armed, Features, MemoryType, Owned, Status, WorkerAddress, FULL_MASK};
 
 use crate::am::AmQueues;
 use crate::context::Context;
@@ -293,11 +293,22 @@ impl Worker {
 }
 
 /// The spin budget, in microseconds, of a wait of `spin_us` on operations that move `nbytes`
-/// ([`ucx_core::spin_budget`]: grown by about the time the bytes take over shared memory,
-/// unless this thread's core is shared). For `Worker.spin` callers that wait on a call's large
-/// parts (the collectives).
+/// (of device memory if `device`): [`ucx_core::spin_budget`], grown by about the time the
+/// bytes take over shared memory, or by the device allowance, unless this thread's core is
+/// shared. For `Worker.spin` callers that wait on a call's large parts (the collectives).
 #[pyfunction]
-pub(crate) fn spin_budget_us(spin_us: u64, nbytes: usize) -> u64 {
-    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes);
+#[pyo3(signature = (spin_us, nbytes, device = false))]
+pub(crate) fn spin_budget_us(spin_us: u64, nbytes: usize, device: bool) -> u64 {
+    let memory = if device { MemoryType::Cuda } else { MemoryType::Host };
+    spin_budget_for(spin_us, nbytes, memory)
+}
+
+/// [`spin_budget_us`] for a buffer the bindings hold: 0 stays 0 (the caller asked for no
+/// spin, e.g. because other tasks are ready to run).
+pub(crate) fn spin_budget_for(spin_us: u64, nbytes: usize, memory: MemoryType) -> u64 {
+    if spin_us == 0 {
+        return 0;
+    }
+    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes, memory);
     u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
 }

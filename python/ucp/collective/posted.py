@@ -19,6 +19,7 @@ class Posted:
     def __init__(self):
         self.ops = []  # (endpoint, future, whether a receive, or DISCARD) of what UCX has not finished
         self.nbytes = 0  # what those operations move, for the spin's budget
+        self.device = False  # whether any of them moves device memory (also for the budget)
         self.tasks = []
         self.failures = []
 
@@ -33,7 +34,7 @@ class Posted:
             ep._recv_finished()
         else:
             self.ops.append((ep, fut, True))
-            self.nbytes += nbytes_of(buffer)
+            self.count(buffer)
 
     def discard(self, ep, tag):
         """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
@@ -61,8 +62,13 @@ class Posted:
             return False
         if fut is not None:
             self.ops.append((ep, fut, False))
-            self.nbytes += nbytes_of(buffer)
+            self.count(buffer)
         return True
+
+    def count(self, buffer):
+        """Adds what ``buffer`` moves to the spin's budget."""
+        self.nbytes += nbytes_of(buffer)
+        self.device = self.device or is_device(buffer)
 
     def task(self, coroutine):
         self.tasks.append(asyncio.ensure_future(coroutine))
@@ -73,7 +79,8 @@ class Posted:
 
     async def settle(self):
         futures = [f for _, f, _ in self.ops]
-        if not self.tasks and (not futures or spin_until_done(self.ops[0][0]._worker, futures, self.nbytes)):
+        worker = self.ops[0][0]._worker if self.ops else None
+        if not self.tasks and (not futures or spin_until_done(worker, futures, self.nbytes, self.device)):
             # All finished inline: their outcomes, with no pass through the event loop.
             settled = [outcome(f) for f in futures]
         else:
@@ -106,10 +113,11 @@ def cut_short(e):
     return isinstance(e, (UCXError, UCXMsgTruncated)) and not isinstance(e, (UCXCanceled, UCXCloseError))
 
 
-def spin_until_done(worker, futures, nbytes=0):
+def spin_until_done(worker, futures, nbytes=0, device=False):
     """Progresses ``worker`` inline until every future in ``futures`` (operations UCX runs,
-    moving ``nbytes`` in all) is done, for up to ``UCXPY_SPIN_US`` (grown with ``nbytes`` as
-    ucx-async's inline spin grows: ``spin_budget_us``) and only when nothing else on the event
+    moving ``nbytes`` in all, of device memory if ``device``) is done, for up to
+    ``UCXPY_SPIN_US`` (grown with what they move as ucx-async's inline spin grows:
+    ``spin_budget_us``) and only when nothing else on the event
     loop is ready (``continuous_ucx_progress.inline_spin_us``, as ``Endpoint.send``/``recv``
     do). A small collective's messages arrive within microseconds over shared memory, a large
     part's copy takes about its size / 8 GB/s inside the spin's progress calls, and every pass
@@ -120,7 +128,7 @@ def spin_until_done(worker, futures, nbytes=0):
     budget = inline_spin_us()
     if not budget:
         return False
-    budget = _native.spin_budget_us(budget, nbytes)
+    budget = _native.spin_budget_us(budget, nbytes, device)
     deadline = time.perf_counter() + budget * 1e-6
     while pending:
         left = deadline - time.perf_counter()
@@ -141,6 +149,12 @@ def nbytes_of(buffer):
         return len(buffer)
     except TypeError:
         return 0
+
+
+def is_device(buffer):
+    """Whether ``buffer``'s type says it is device memory (``__cuda_array_interface__``), for
+    a spin's budget only: asked of the type, as the instance's property builds a dict."""
+    return hasattr(type(buffer), "__cuda_array_interface__")
 
 
 def outcome(future):
