@@ -17,7 +17,6 @@ use crate::outcome::{Expect, Name};
 use crate::rma::RemoteKey;
 use crate::submit::{self, Submission};
 use crate::sync::lock;
-use crate::worker;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Endpoint {
@@ -51,7 +50,7 @@ impl TagRecv<'_> {
     ) -> PyResult<Option<Py<PyAny>>> {
         let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
         let nbytes = buf.len();
-        let spin_us = worker::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
+        let spin_us = submit::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
         let op = Submission {
             submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
@@ -423,7 +422,7 @@ impl Endpoint {
         let ep = self.ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
-        let spin_us = worker::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
+        let spin_us = submit::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
         let submitted = if how.fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
         let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
         submit::track_spinning(&self.engine, py, op, on_done, spin_us)

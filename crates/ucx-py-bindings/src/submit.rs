@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
-use ucx_core::Owned;
+use ucx_core::{MemoryType, Owned};
 
 use crate::buffer;
 use crate::engine::{Engine, OpOwner, Sink};
@@ -55,6 +55,17 @@ pub(crate) fn track<B: Send + 'static>(
         Some(fut) => Ok(Some(fut)),
         None => Ok(Some(Py::new(py, Request { id, engine: Arc::downgrade(engine) })?.into_any())),
     }
+}
+
+/// The spin budget, in microseconds, of a wait of `spin_us` on an operation that moves
+/// `nbytes` of `memory` ([`ucx_core::spin_budget`]; `worker::spin_budget_us` gives it to
+/// Python). 0 stays 0: the caller asked for no spin (other tasks are ready to run).
+pub(crate) fn spin_budget_for(spin_us: u64, nbytes: usize, memory: MemoryType) -> u64 {
+    if spin_us == 0 {
+        return 0;
+    }
+    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes, memory);
+    u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// [`track`], first progressing the worker (GIL released) for up to `spin_us` if the

@@ -300,15 +300,5 @@ impl Worker {
 #[pyo3(signature = (spin_us, nbytes, device = false))]
 pub(crate) fn spin_budget_us(spin_us: u64, nbytes: usize, device: bool) -> u64 {
     let memory = if device { MemoryType::Cuda } else { MemoryType::Host };
-    spin_budget_for(spin_us, nbytes, memory)
-}
-
-/// [`spin_budget_us`] for a buffer the bindings hold: 0 stays 0 (the caller asked for no
-/// spin, e.g. because other tasks are ready to run).
-pub(crate) fn spin_budget_for(spin_us: u64, nbytes: usize, memory: MemoryType) -> u64 {
-    if spin_us == 0 {
-        return 0;
-    }
-    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes, memory);
-    u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
+    submit::spin_budget_for(spin_us, nbytes, memory)
 }
