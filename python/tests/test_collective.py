@@ -335,15 +335,20 @@ def test_tags_and_bootstrap_bytes_are_ucx_cores():
 
 
 def test_the_spin_budget_grows_with_a_calls_bytes_as_ucx_cores_rule():
-    """``spin_budget_us`` is ucx-core's ``spin_budget``: the base, plus the bytes' time at 8
-    GB/s (at most 200 µs), on a thread whose core is not shared (a fresh one's is not)."""
-    import threading
-
+    """``spin_budget_us`` is ucx-core's ``spin_budget``, on a thread whose core is not shared (a
+    fresh one's is not; one whose earlier spins saw it shared gets nothing added): the base
+    plus the bytes' time at 8 GB/s (at most 1 ms); for device memory, plus 500 µs
+    (``ucx_core::DEVICE_SPIN``: a small GPU transfer's time is the driver's fixed costs) and
+    the bytes at 100 GB/s, at most 2 ms. No spin asked (others ready to run): none given."""
+    if os.environ.get("UCXA_DEVICE_SPIN_US"):
+        pytest.skip("UCXA_DEVICE_SPIN_US overrides the default")
+    host = [(100, n) for n in (0, 7999, 1 << 20, 1 << 30)]
+    device = [(100, n, True) for n in (8, 64 << 20, 1 << 30)] + [(0, 8, True)]
     got = []
-    t = threading.Thread(target=lambda: got.extend(native.spin_budget_us(100, n) for n in (0, 7999, 1 << 20, 1 << 30)))
+    t = threading.Thread(target=lambda: got.extend(native.spin_budget_us(*a) for a in host + device))
     t.start()
     t.join()
-    assert got == [100, 100, 231, 300]
+    assert got == [100, 100, 231, 1100] + [600, 1271, 2100, 0]
 
 
 def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
@@ -373,26 +378,10 @@ def test_a_collective_spins_with_the_bytes_it_still_moves(monkeypatch):
     assert asked and max(asked) >= 2 << 20, asked
 
 
-def test_device_memory_gets_the_device_spin(monkeypatch):
-    """A wait on device memory spins for the device allowance (``ucx_core::DEVICE_SPIN``,
-    500 µs: a small GPU transfer's time is the driver's fixed costs) plus its bytes at
-    100 GB/s, at most 2 ms. ``Posted`` tells device buffers by their type's
-    ``__cuda_array_interface__``."""
+def test_posted_tells_device_buffers_for_the_spin():
+    """``Posted`` counts a call's bytes, and whether any are device memory (the budget's
+    device allowance), by the buffer type's ``__cuda_array_interface__``."""
     from ucp.collective.posted import Posted, is_device
-
-    if os.environ.get("UCXA_DEVICE_SPIN_US"):
-        pytest.skip("UCXA_DEVICE_SPIN_US overrides the default")
-
-    def budgets():
-        # On a new thread: one whose earlier spins saw its core shared gets no allowance.
-        got.extend(native.spin_budget_us(*a) for a in [(100, 8, True), (100, 64 << 20, True), (100, 1 << 30, True), (100, 8), (0, 8, True)])
-
-    got = []
-    t = threading.Thread(target=budgets)
-    t.start()
-    t.join()
-    assert got[:4] == [600, 1271, 2100, 100]
-    assert got[4] == 0, "no spin asked (others ready to run): none given"
 
     class DeviceArray:  # CuPy-shaped: the interface is a property of the type
         nbytes = 64

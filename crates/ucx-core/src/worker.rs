@@ -51,8 +51,10 @@ pub const CONTENDED_YIELD: Duration = Duration::from_micros(2);
 /// The rate [`spin_budget`] assumes for the bytes a wait moves (8 GB/s, shared memory).
 pub const SPIN_BYTES_PER_US: usize = 8_000;
 
-/// The most [`spin_budget`] adds for the bytes a wait moves.
-pub const MAX_SIZE_SPIN: Duration = Duration::from_micros(200);
+/// The most [`spin_budget`] adds for the bytes a wait on host memory moves (8 MB's worth):
+/// transfers of 2–8 MiB finish in the spin (at 200 µs a 4 MiB round trip slept and took 15 %
+/// longer); 4 ranks on 2 cores are unchanged by it, and lost with 5 ms (docs/spin.md).
+pub const MAX_SIZE_SPIN: Duration = Duration::from_micros(1000);
 
 /// What [`spin_budget`] adds for any wait on device memory, unless `UCXA_DEVICE_SPIN_US` says
 /// otherwise (read once). A small device transfer's time is the CUDA driver's fixed costs
