@@ -19,9 +19,10 @@ import argparse
 import asyncio
 import ctypes
 import statistics
-import subprocess
 import sys
 import time
+
+from peer_process import run_with_server
 
 SIZES = [8, 1 << 20]
 
@@ -132,18 +133,9 @@ def main():
         print("bench_cuda_stream_sync: no CuPy or no GPU here; nothing measured")
         sys.exit(2)
     rounds_total = a.rounds * (a.blocks * 2 + 1)
-    srv = subprocess.Popen([sys.executable, __file__, "--server", str(rounds_total)], stdout=subprocess.PIPE, text=True)
-    try:
-        line = srv.stdout.readline()
-        if not line.startswith("PORT "):
-            raise SystemExit(f"server did not start (said {line!r})")
-        stream, results = asyncio.run(client(int(line.split()[1]), a.rounds, a.blocks))
-        srv.wait(timeout=30)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    if srv.returncode:
-        raise SystemExit(f"server exited with status {srv.returncode}")
+    (stream, results), _ = run_with_server(
+        [__file__, "--server", str(rounds_total)], lambda port: asyncio.run(client(port, a.rounds, a.blocks))
+    )
     print(f"CuPy exports stream {stream!r}")
     if stream:
         print(f"cuStreamSynchronize({stream}) alone, idle: {sync_alone(stream) * 1e6:.2f} µs per call")

@@ -15,9 +15,9 @@ Run: python scripts/bench_py_overhead.py [--sizes 8,1048576] [--rounds 3000] [--
 import argparse
 import asyncio
 import statistics
-import subprocess
-import sys
 import time
+
+from peer_process import run_with_server
 
 
 def arrays(memory, n):
@@ -127,21 +127,11 @@ def main():
     if a.server:
         asyncio.run(serve(a.memory, sizes, a.rounds, not a.no_error_handling))
         return
-    args = [sys.executable, __file__, "--server", "--sizes", a.sizes, "--rounds", str(a.rounds), "--memory", a.memory]
+    args = [__file__, "--server", "--sizes", a.sizes, "--rounds", str(a.rounds), "--memory", a.memory]
     args += ["--no-error-handling"] if a.no_error_handling else []
-    srv = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    try:
-        line = srv.stdout.readline()
-        if not line.startswith("PORT "):
-            raise SystemExit(f"server did not start (said {line!r})")
-        asyncio.run(client(int(line.split()[1]), a.memory, sizes, a.rounds, not a.no_error_handling))
-        print(srv.stdout.read(), end="")
-        srv.wait(timeout=30)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    if srv.returncode:
-        raise SystemExit(f"server exited with status {srv.returncode}")
+    eh = not a.no_error_handling
+    _, server_report = run_with_server(args, lambda port: asyncio.run(client(port, a.memory, sizes, a.rounds, eh)))
+    print(server_report, end="")
 
 
 if __name__ == "__main__":
