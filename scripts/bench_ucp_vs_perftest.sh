@@ -44,7 +44,7 @@ ucp_us() { # SIZE FLAGS... -> one-way median µs
     read -r n w <<<"$(iters "$size")"
     "$PY" -m ucp.benchmarks.send_recv -o "$OBJ" --reuse-alloc -n "$size" --n-iter "$n" --n-warmup-iter "$w" \
         -s 127.0.0.1 --no-detailed-report "$@" 2>&1 |
-        sed -nE 's/^Latency \(median\) *\| *([0-9.]+) ns.*/\1/p' | awk '{ printf "%.2f\n", $1 / 1000 }'
+        send_recv_median_us
 }
 perftest_us() { # SIZE FLAGS... -> one-way median µs (its "typical" latency)
     local size=$1 n w

@@ -55,7 +55,7 @@ ucp_us() { # SIZE FLAGS... (send_recv's)
     n=$(iters "$size")
     timeout -k 5 120 "$PY" -m ucp.benchmarks.send_recv -o cupy --reuse-alloc -n "$size" --n-iter "$n" \
         --n-warmup-iter $((n / 10)) -s 127.0.0.1 --no-detailed-report --no-error-handling "$@" 2>&1 |
-        sed -nE 's/^Latency \(median\) *\| *([0-9.]+) ns.*/\1/p' | awk '{ printf "%.1f", $1 / 1000 }'
+        send_recv_median_us
 }
 
 device_tables() { # UCX_PROTO_INFO's tables for device memory, and the lanes bench_cuda prints

@@ -3,7 +3,8 @@
 # the client's "Final:" line. Each call takes the next port after $PORT. The client is retried
 # (for up to 10 s) until the server listens, rather than started after a fixed sleep.
 # `ucp_env PY` prints the UCX_* variables `import ucp` sets (where unset) under Python PY, as
-# NAME=VALUE words, for running perftest with ucp's UCX settings.
+# NAME=VALUE words, for running perftest with ucp's UCX settings. `send_recv_median_us` reads
+# the output of `python -m ucp.benchmarks.send_recv` and prints its median one-way latency (µs).
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
 
 perftest() {
@@ -30,4 +31,8 @@ before = dict(os.environ)
 import ucp
 print(" ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("UCX_") and before.get(k) != v))
 '
+}
+
+send_recv_median_us() {
+    sed -nE 's/^Latency \(median\) *\| *([0-9.]+) ns.*/\1/p' | awk '{ printf "%.2f\n", $1 / 1000 }'
 }
