@@ -7,18 +7,17 @@ use ucx_async::ProgressMode;
 /// `adaptive=US` that many microseconds); exits with status 2 and a message naming `program`
 /// if `name` is none of them.
 pub fn progress_mode(program: &str, name: &str) -> ProgressMode {
-    let adaptive_us = match name.split_once('=') {
-        Some(("adaptive", us)) => us.parse::<u64>().ok(),
-        _ if name == "adaptive" => Some(100),
-        _ => None,
-    };
-    match (name, adaptive_us) {
-        ("event", _) => ProgressMode::Event,
-        ("polling", _) => ProgressMode::Polling,
-        (_, Some(us)) => ProgressMode::Adaptive { spin: Duration::from_micros(us) },
-        (other, None) => {
-            eprintln!("{program}: --mode must be event, polling, adaptive or adaptive=US, got {other:?}");
-            std::process::exit(2)
-        }
+    let adaptive = |us| ProgressMode::Adaptive { spin: Duration::from_micros(us) };
+    match name {
+        "event" => ProgressMode::Event,
+        "polling" => ProgressMode::Polling,
+        "adaptive" => adaptive(100),
+        other => match other.strip_prefix("adaptive=").and_then(|us| us.parse().ok()) {
+            Some(us) => adaptive(us),
+            None => {
+                eprintln!("{program}: --mode must be event, polling, adaptive or adaptive=US, got {other:?}");
+                std::process::exit(2)
+            }
+        },
     }
 }

@@ -79,8 +79,9 @@ class Posted:
 
     async def settle(self):
         futures = [f for _, f, _ in self.ops]
-        worker = self.ops[0][0]._worker if self.ops else None
-        if not self.tasks and (not futures or spin_until_done(worker, futures, self.nbytes, self.device)):
+        if not self.tasks and (
+            not futures or spin_until_done(self.ops[0][0]._worker, futures, self.nbytes, self.device)
+        ):
             # All finished inline: their outcomes, with no pass through the event loop.
             settled = [outcome(f) for f in futures]
         else:
