@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -157,6 +158,65 @@ def test_close_to_a_gone_peer_logs_the_failed_send_by_name(fresh_ucp, caplog):
     # traceback holds the closing frames) are still referenced.
     ucp.reset()
     del ep, failure
+
+
+def _echo_once_then_close_when_told(q, server_closed, error_handling):
+    async def main():
+        async def handler(ep):
+            buf = np.empty(8, dtype="u1")
+            await ep.recv(buf)
+            await ep.send(buf)
+            while not ep.closed():  # the client's shutdown message closes it
+                await asyncio.sleep(0.01)
+            server_closed.set()
+
+        lf = ucp.create_listener(handler, endpoint_error_handling=error_handling)
+        q.put(lf.port)
+        # Stay alive: the client's close must meet a closed endpoint, not a dead process.
+        await asyncio.get_running_loop().run_in_executor(None, server_closed.wait, 30)
+        await asyncio.sleep(5)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("error_handling", [False, True])
+def test_close_after_the_peer_obeyed_the_shutdown_message_succeeds(fresh_ucp, error_handling):
+    """close() tells the peer to close, and the peer may close before our endpoint's own close
+    runs; that reset is what close() asked for and is not raised (check_wheel's transfer once
+    failed so: "Error while closing endpoint: ... Connection reset by remote peer"). The
+    client's close is held until the server's endpoint is closed, to make that order certain."""
+    spawn = multiprocessing.get_context("spawn")
+    q, server_closed = spawn.Queue(), spawn.Event()
+    proc = spawn.Process(target=_echo_once_then_close_when_told, args=(q, server_closed, error_handling))
+    proc.start()
+    try:
+
+        async def main():
+            port = await asyncio.get_running_loop().run_in_executor(None, q.get, True, 30)
+            ep = await ucp.create_endpoint("127.0.0.1", port, endpoint_error_handling=error_handling)
+            await ep.send(b"12345678")
+            buf = bytearray(8)
+            await ep.recv(buf)
+            assert buf == b"12345678"
+            abort = ep.abort
+
+            def abort_once_the_server_closed():
+                assert server_closed.wait(30), "the server never closed its endpoint"
+                # Let the server's close reach this side's transports.
+                end = time.monotonic() + 0.2
+                while time.monotonic() < end:
+                    ucp.progress()
+                abort()
+
+            ep.abort = abort_once_the_server_closed
+            await ep.close()
+            assert ep.closed()
+
+        run(main(), timeout=60)
+    finally:
+        proc.join(30)
+        proc.kill()
+    assert proc.exitcode == 0
 
 
 def _hand_out_address_then_reset(q, done):

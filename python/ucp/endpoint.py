@@ -99,6 +99,7 @@ class Endpoint:
                 logger.debug(log)
                 msg = CtrlMsg.serialize(opcode=1, close_after_n_recv=self._send_count)
                 await wait(self._ep.tag_send(msg, self._tags["ctrl_send"], name=log))
+                self._ep.told_peer_to_close()
         except UCXError as e:
             logging.warning("UCX failed closing worker %s (probably already closed): %s" % (hex(self.uid), repr(e)))
         finally:

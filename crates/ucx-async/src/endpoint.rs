@@ -525,11 +525,15 @@ impl Endpoint {
         let mode = if self.inner.state.check("close").is_ok() { CloseMode::Flush } else { CloseMode::Force };
         self.inner.state.go_down(CLOSED);
         self.inner.clear_stream();
-        let s = self.inner.core.close(mode)?;
-        let r = Completes::new(s, &self.inner.worker.inner.signals).await;
+        let r = match self.inner.core.close(mode) {
+            Ok(s) => Completes::new(s, &self.inner.worker.inner.signals).await.map(drop),
+            Err(e) => Err(e),
+        };
         self.inner.drop_unreceived();
-        // A flush towards a peer that vanished meanwhile fails; the endpoint is released anyway.
-        r.map(|_| ()).or_else(|e| if mode == CloseMode::Flush { Ok(()) } else { Err(e.into()) })
+        // A flush towards a peer that closed or vanished fails, at once or later (without
+        // error handling, a forced close is a flush too: see `CloseMode::Force`); the endpoint
+        // is released anyway.
+        r.or_else(|e| if mode == CloseMode::Flush || is_peer_failure(e.status()) { Ok(()) } else { Err(e.into()) })
     }
 
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX

@@ -161,6 +161,32 @@ async fn messages_sent_before_close_are_still_received() {
     assert!(client.recv(&mut b).await.is_err(), "the peer closed after two messages");
 }
 
+/// Closing after the peer closed succeeds, with or without error handling: the reset our
+/// close meets, inline or later, is the peer's close, not a failure. Without error handling
+/// nothing marks the endpoint down first, and UCX fails the flushing close inline.
+#[tokio::test]
+async fn close_after_the_peer_closed_succeeds() {
+    for error_handling in [false, true] {
+        let ctx = context();
+        let (ws, wc) =
+            (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+        let options = ConnectOptions { error_handling, ..ConnectOptions::default() };
+        let listener = Listener::bind_with(&ws, ANY.parse().unwrap(), Flavour::UcxPy, options).unwrap();
+        let addr = listener.local_addr();
+        let (server, client) = tokio::join!(listener.accept(), Endpoint::connect_with(&wc, addr, options));
+        let (server, client) = (server.unwrap(), client.unwrap());
+        client.send(b"hello").await.unwrap();
+        let mut b = [0u8; 5];
+        server.recv(&mut b).await.unwrap();
+        server.close().await.unwrap();
+        // The client's worker hears of the server's close (its reactor progresses it).
+        let mut b = [0u8; 1];
+        assert!(client.recv(&mut b).await.is_err(), "error handling {error_handling}: the peer closed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.close().await.unwrap_or_else(|e| panic!("error handling {error_handling}: {e}"));
+    }
+}
+
 #[tokio::test]
 async fn peer_failure_fails_pending_receives_and_spares_other_endpoints() {
     let (server, client, _l) = pair(ProgressMode::Event).await;

@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI8, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::address::WorkerAddress;
 use crate::error::{Error, Result, Status};
@@ -51,7 +52,9 @@ pub enum CloseMode {
     /// Complete outstanding operations and tell the peer (`UCP_EP_CLOSE_MODE_FLUSH`).
     Flush,
     /// Cancel outstanding operations and release resources at once
-    /// (`UCP_EP_CLOSE_FLAG_FORCE`); the peer learns of it through its error handling.
+    /// (`UCP_EP_CLOSE_FLAG_FORCE`); the peer learns of it through its error handling. UCX
+    /// refuses it for an endpoint without error handling (and would keep the endpoint), so
+    /// such an endpoint is closed with a flush instead.
     Force,
 }
 
@@ -263,29 +266,63 @@ impl Endpoint {
         live::destroyed(Kind::Endpoint);
         // SAFETY: h was live and is now ours alone; the error state outlives the close request
         // because the request borrows self.
-        unsafe { close_raw(h, mode, &self.inner.worker) }
+        unsafe { close_raw(h, mode, self.inner.error_handling, &self.inner.worker) }
     }
 }
+
+/// How long [`Endpoint::force_close_now`] progresses the worker for the close. A forced close
+/// finishes within a few progress rounds; the limit is for the flush an endpoint without
+/// error handling gets instead, which a peer that stopped progressing could hold up for good.
+const FORCE_CLOSE_LIMIT: Duration = Duration::from_millis(100);
 
 impl Endpoint {
-    /// Force-closes the endpoint and progresses until UCX has released it (a forced close
-    /// finishes within a few progress rounds). Later operations fail as on a closed endpoint;
-    /// a dropped operation UCX cannot cancel uses this too.
+    /// Force-closes the endpoint (with a flush, without error handling: see
+    /// [`CloseMode::Force`]) and progresses until UCX has released it or a short limit passed.
+    /// Later operations fail as on a closed endpoint; a dropped operation UCX cannot cancel
+    /// uses this too.
     pub fn force_close_now(&self) {
-        if let Ok(s) = self.close(CloseMode::Force) {
-            // A failed close still releases the endpoint; nothing more can be done here.
-            let _ = s.wait();
+        // A failed close still releases the endpoint; nothing more can be done here.
+        let _ = self.close_within(CloseMode::Force, FORCE_CLOSE_LIMIT);
+    }
+
+    /// Closes the endpoint with `mode` and progresses the worker until UCX has finished or
+    /// `limit` has passed. UCX cannot hurry a close already under way, so one still running
+    /// then finishes in the background, holding the endpoint (whose error state UCX may call
+    /// until then). `Err`: the close failed at once; then `Some` result if it finished in
+    /// time, `None` if it was left to finish.
+    pub fn close_within(&self, mode: CloseMode, limit: Duration) -> Result<Option<Result<Completion>>> {
+        let req = match self.close(mode)? {
+            Submitted::Done(c) => return Ok(Some(Ok(c))),
+            Submitted::InFlight(req) => req,
+        };
+        let deadline = Instant::now() + limit;
+        while !req.is_complete() && Instant::now() < deadline {
+            self.inner.worker.progress();
         }
+        if req.is_complete() {
+            return Ok(Some(req.wait()));
+        }
+        // SAFETY: the close request borrows the endpoint (UCX may call its error handler
+        // until the close ends); the keepalive owns a handle to it.
+        unsafe { req.detach_unchecked(Box::new(self.clone()), false) };
+        Ok(None)
     }
 }
 
-/// Starts closing `h`.
+/// Starts closing `h`, made with `error_handling` or not.
 ///
 /// # Safety
 /// `h` must be a live endpoint of `worker`, closed exactly once.
-unsafe fn close_raw<'a>(h: sys::ucp_ep_h, mode: CloseMode, worker: &Worker) -> Result<Submitted<'a>> {
+unsafe fn close_raw<'a>(
+    h: sys::ucp_ep_h,
+    mode: CloseMode,
+    error_handling: bool,
+    worker: &Worker,
+) -> Result<Submitted<'a>> {
     let mut params = request::params(Callback::Send, None);
-    if mode == CloseMode::Force {
+    // UCX fails a forced close of an endpoint without error handling with "Invalid
+    // parameter" and does not release it; a flush is then the only clean way out.
+    if mode == CloseMode::Force && error_handling {
         params.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
         params.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
     }
@@ -303,12 +340,9 @@ impl Drop for EndpointInner {
             return;
         }
         live::destroyed(Kind::Endpoint);
-        // Without error handling UCX does not allow a forced close; a flush then is the only
-        // clean way out.
-        let mode = if self.error_handling { CloseMode::Force } else { CloseMode::Flush };
         // SAFETY: h is live and ours; we wait for the close to finish before the error state
         // (which UCX may call until then) is freed with self.
-        if let Ok(submitted) = unsafe { close_raw(h, mode, &self.worker) } {
+        if let Ok(submitted) = unsafe { close_raw(h, CloseMode::Force, self.error_handling, &self.worker) } {
             // A failed close still releases the endpoint; nothing more can be done here.
             let _ = submitted.wait();
         }

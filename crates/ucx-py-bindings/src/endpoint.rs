@@ -155,6 +155,13 @@ impl Endpoint {
         self.shared.closing.store(true, Ordering::Release);
     }
 
+    /// Records that the peer has our shutdown message (`Endpoint.close`, after its send
+    /// completed): the peer closes its side then, and a close of ours that meets that reset
+    /// succeeds.
+    fn told_peer_to_close(&self) {
+        self.shared.peer_told.store(true, Ordering::Release);
+    }
+
     /// Closes the endpoint because a message it received went to a receive whose caller
     /// cancelled it (`Endpoint.recv` sees this when the cancel reached its task after the
     /// message did): later operations raise `UCXCloseError` saying so.

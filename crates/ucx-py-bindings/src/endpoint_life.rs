@@ -3,10 +3,10 @@
 //! the endpoint's operations, and how closing it ends them.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
-use ucx_core::{CloseMode, EndpointParams, Status, StreamBacklog, Submitted};
+use ucx_core::{CloseMode, EndpointParams, Status, StreamBacklog};
 
 use crate::am::AmQueues;
 use crate::engine::{Engine, OpOwner};
@@ -36,6 +36,9 @@ pub(crate) struct EpShared {
     /// Set when this side began closing (`Endpoint.close` telling the peer first): the reset
     /// the peer answers with is our close, not a failure of the peer.
     pub(crate) closing: AtomicBool,
+    /// Set once the peer has our shutdown message (`Endpoint.close`): it then closes its side,
+    /// perhaps before ours closes, and the reset that gives our close is no failure.
+    pub(crate) peer_told: AtomicBool,
     /// Set once `close` has finished: a failure reported after that is not news to anyone.
     closed: AtomicBool,
     pub(crate) close_callback: Mutex<Option<Py<PyAny>>>,
@@ -77,6 +80,7 @@ impl EpShared {
             failure: Mutex::new(None),
             closed_because: Mutex::new(None),
             closing: AtomicBool::new(false),
+            peer_told: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             close_callback: Mutex::new(None),
             stream: Mutex::default(),
@@ -123,9 +127,11 @@ impl EpShared {
         }
         engine.cancel_ops_of(self.key, End::Closed);
         self.am.fail_waiting(py, self.handle, End::Closed);
-        let force = self.error_handling && (ep.status().is_err() || lock(&self.failure).is_some() || forced);
+        // Without error handling ucx-core flushes instead (UCX refuses to force).
+        let force = ep.status().is_err() || lock(&self.failure).is_some() || forced;
         let mode = if force { CloseMode::Force } else { CloseMode::Flush };
-        let closed = py.allow_threads(|| close_within(&ep, mode));
+        let peer_told = self.peer_told.load(Ordering::Acquire);
+        let closed = py.allow_threads(|| close_within(&ep, mode, peer_told));
         // Deliver the cancellations now, so awaiting tasks see them on their next step.
         engine.progress(py);
         // What the cancel and the close did not end waits for a message tail that can no
@@ -199,35 +205,21 @@ fn warn(py: Python<'_>, msg: &str) {
     }
 }
 
-/// Closes `ep` with `mode`, forcing it if a flushing close has not finished in time.
-fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode) -> ucx_core::Result<()> {
-    match ep.close(mode)? {
-        Submitted::Done(_) => Ok(()),
-        Submitted::InFlight(req) => {
-            let deadline = Instant::now() + FLUSH_CLOSE_LIMIT;
-            while !req.is_complete() && Instant::now() < deadline {
-                ep.worker().progress();
-            }
-            if !req.is_complete() {
-                // UCX cannot force a close already under way; let it finish in the background
-                // (queued sends still reach a live peer).
-                // SAFETY: the close request borrows the endpoint (UCX may call its error
-                // handler until the close ends); the keepalive owns a handle to it.
-                unsafe { req.detach_unchecked(Box::new(ep.clone()), false) };
-                return Ok(());
-            }
-            match req.wait() {
-                // A peer already gone is what closing is for, not a failure to report.
-                Err(e)
-                    if matches!(
-                        e.status(),
-                        Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable
-                    ) =>
-                {
-                    Ok(())
-                }
-                r => r.map(drop),
-            }
-        }
+/// Closes `ep` with `mode`, leaving a flushing close that has not finished in time to finish in
+/// the background; a peer that had already closed or left is no failure, except where the
+/// close failed at once and the peer was not told to close (UCX-Py raised that).
+fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode, peer_told: bool) -> ucx_core::Result<()> {
+    match ep.close_within(mode, FLUSH_CLOSE_LIMIT) {
+        // A peer we told to close may have done so before our close ran: its reset is then
+        // what we asked for.
+        Err(e) if peer_told && peer_gone(e.status()) => Ok(()),
+        Err(e) => Err(e),
+        Ok(Some(Err(e))) if !peer_gone(e.status()) => Err(e),
+        Ok(_) => Ok(()),
     }
+}
+
+/// The statuses a close ends with when the peer has already closed or left.
+fn peer_gone(status: Status) -> bool {
+    matches!(status, Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable)
 }
