@@ -49,6 +49,7 @@ async def selftest(c):
             assert [id(b) for b in reused] == kept, "the same bytearrays were reused"
         kept = [id(b) for b in reused]
     await inline_edge(c)
+    await small_out_large_in(c)
     out = bytearray(3 * c.size)
     await c.allgather(bytes([c.rank] * 3), out)
     assert out == bytes(r for r in range(c.size) for _ in range(3)), out
@@ -87,6 +88,21 @@ async def cancelled_call(c):
         for src in range(1, c.size):
             tag = native.collective_own_tag(seq, src, 0)
             assert c._eps[src]._worker.tag_probe(tag), f"rank {src}'s message went to a receive the cancel left posted"
+
+
+async def small_out_large_in(c):
+    """Rank 0 sends only parts that ride in their announcements (its sends go first, then it
+    takes each announcement in turn) while every other rank sends it a part of its own
+    messages (direct) and small ones to the rest: every byte arrives on every rank."""
+
+    def mixed(src, dst):
+        n = 5 if src == 0 else (200_000 if dst == 0 else 3)
+        return bytes((i * 13 + src * 5 + dst) & 0xFF for i in range(n))
+
+    for _ in range(2):
+        got = await c.alltoallv([mixed(c.rank, d) for d in range(c.size)])
+        for src, b in enumerate(got):
+            assert bytes(b) == mixed(src, c.rank), ("small out, large in", src, c.rank, len(b))
 
 
 async def inline_edge(c):

@@ -12,6 +12,7 @@ from .._libs.arr import Array
 from .._libs.ucx_api import UCXAddress
 from .bootstrap import init_nearest_devices, join, serve
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env
+from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
 
 _PATHS = ("auto", "direct", "buffered")
@@ -190,11 +191,43 @@ class Communicator:
             if not isinstance(out[r], bytearray):
                 out[r] = bytearray()
 
+        peers = [r for r in range(size) if r != me]
+        if all(announce[r][1] for r in peers):
+            # Every outgoing part rides in its announcement: send them all (eager, they finish
+            # here), copy the own part, then take each peer's announcement in turn with the
+            # inline spin. Fewer steps than posting every receive first and settling them
+            # together: two ranks' 1 KiB call 32-33 -> 23-27 us (examples/python/alltoall.py).
+            posted = Posted()
+            for r in peers:
+                posted.send(self._eps[r], announce[r][0], tag(seq, me, 0), fast=True)
+            _resize(out[me], len(parts[me]))
+            _copy_into(out[me], parts[me])
+            spin = inline_spin_us()
+            for r in peers:
+                ep = self._eps[r]
+                incoming = bytearray(room)
+                try:
+                    got = ep._post_recv_up_to(incoming, tag(seq, r, 0), spin)
+                except Exception as e:
+                    posted.failures.append(e)
+                    continue
+                try:
+                    n = got if isinstance(got, int) else await ep._await_recv(got)
+                except Exception as e:
+                    posted.failures.append(e)
+                    continue
+                except BaseException:
+                    posted.cancel()  # cancelled: nothing of this call may outlive it
+                    raise
+                ep._recv_finished()
+                self._take_announcement(seq, r, incoming, n, out, posted)
+            await posted.settle()
+            return
+
         # Every peer's announcement receive, then every announcement send (and a direct part's
         # messages behind it), is posted before anything waits (``Posted``); parts sent through
         # the bounce pool run as tasks, and every part's receives are posted once its
         # announcement has arrived. As in ucx-async, no peer waits for another's announcement.
-        peers = [r for r in range(size) if r != me]
         posted = Posted()
         recvs = []  # (rank, its buffer, its length or future): announcements, waited in turn
         for r in peers:
@@ -223,35 +256,12 @@ class Communicator:
                 spin_until_done(self._eps[me]._worker, [got for _, _, got in recvs if not isinstance(got, int)])
             for k, (r, incoming, got) in enumerate(recvs):
                 waited = k + 1
-                ep = self._eps[r]
                 try:
-                    n = await ep._recv_up_to_done(got)
-                    try:
-                        length, batch, data = _native.alltoallv_announce_decode(
-                            bytes(memoryview(incoming)[:n]), size
-                        )
-                    except ValueError as e:
-                        raise ValueError(f"rank {r} sent a bad announcement: {e}") from None
+                    n = await self._eps[r]._recv_up_to_done(got)
                 except Exception as e:
                     posted.failures.append(e)
                     continue
-                messages = _native.alltoallv_messages(length, batch) if data is None else []
-                try:
-                    _resize(out[r], length)
-                except (MemoryError, OverflowError):
-                    # No room for the part: its messages are received and dropped, so its
-                    # sender completes; this call then fails with the reason.
-                    posted.failures.append(MemoryError(f"rank {r} announced a part of {length} bytes, which cannot be allocated"))
-                    for b, _, _ in messages:
-                        posted.discard(ep, tag(seq, r, b))
-                    continue
-                if data is not None:
-                    _copy_into(out[r], data)
-                    continue
-                # Every message of the part (one, or a batch each) straight into its range.
-                view = memoryview(out[r])
-                for b, start, stop in messages:
-                    posted.recv(ep, view[start:stop], tag(seq, r, b))
+                self._take_announcement(seq, r, incoming, n, out, posted)
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
             posted.cancel()
@@ -261,6 +271,34 @@ class Communicator:
         # Every peer's operations settle before the call returns, even when one peer's fail:
         # the healthy peers' parts arrive whole, and nothing is left running behind the call.
         await posted.settle()
+
+    def _take_announcement(self, seq, r, incoming, n, out, posted):
+        """Reads rank ``r``'s announcement (``n`` bytes of ``incoming``) into ``out[r]``: its
+        part, if the part came inside it, else receives of the part's messages on ``posted``.
+        What is wrong with it becomes one of ``posted``'s failures."""
+        size, ep, tag = self.size, self._eps[r], _native.collective_own_tag
+        try:
+            length, batch, data = _native.alltoallv_announce_decode(bytes(memoryview(incoming)[:n]), size)
+        except ValueError as e:
+            posted.failures.append(ValueError(f"rank {r} sent a bad announcement: {e}"))
+            return
+        messages = _native.alltoallv_messages(length, batch) if data is None else []
+        try:
+            _resize(out[r], length)
+        except (MemoryError, OverflowError):
+            # No room for the part: its messages are received and dropped, so its sender
+            # completes; this call then fails with the reason.
+            posted.failures.append(MemoryError(f"rank {r} announced a part of {length} bytes, which cannot be allocated"))
+            for b, _, _ in messages:
+                posted.discard(ep, tag(seq, r, b))
+            return
+        if data is not None:
+            _copy_into(out[r], data)
+            return
+        # Every message of the part (one, or a batch each) straight into its range.
+        view = memoryview(out[r])
+        for b, start, stop in messages:
+            posted.recv(ep, view[start:stop], tag(seq, r, b))
 
     async def alltoallv_device(self, parts, allocator=None):
         """``alltoallv`` for CUDA memory: ``parts[r]`` (an object with
