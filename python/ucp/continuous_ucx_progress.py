@@ -69,7 +69,10 @@ def others_ready(loop):
     """Whether anything but a progress driver's own callbacks (a scheduled pass, the fd
     callback: while the worker is unarmed the fd stays readable; a non-blocking driver's next
     step) is ready to run on ``loop``; a spin would only delay it."""
-    return any(not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)) for h in getattr(loop, "_ready", ()))
+    ready = getattr(loop, "_ready", None)
+    if not ready:  # the common case, without building the generator
+        return False
+    return any(not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)) for h in ready)
 
 
 def inline_spin_us():

@@ -16,6 +16,9 @@ from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
 
 _PATHS = ("auto", "direct", "buffered")
+# What ``_exchange`` sends first and receives in turn (larger messages: every receive is
+# posted before anything waits). Small enough that UCX sends it eagerly everywhere.
+_SMALL = 1024
 
 
 class Communicator:
@@ -127,6 +130,19 @@ class Communicator:
         (``None``: nothing), all posted before anything waits (``Posted``)."""
         me, tag = self._rank, _native.collective_own_tag
         posted = Posted()
+        if all(b is None or len(b) <= _SMALL for b in sends):
+            # Small messages (a barrier's, a few bytes gathered): sent first (eager, they
+            # finish here), then each received in turn with the inline spin, as alltoallv's
+            # small parts are.
+            for r, b in enumerate(sends):
+                if b is not None:
+                    posted.send(self._eps[r], b, tag(seq, me, batch), fast=True)
+            spin = inline_spin_us()
+            for r, b in enumerate(recvs):
+                if b is not None:
+                    await posted.recv_in_turn(self._eps[r], b, tag(seq, r, batch), spin)
+            await posted.settle()
+            return
         for r, b in enumerate(recvs):
             if b is not None:
                 posted.recv(self._eps[r], b, tag(seq, r, batch))
@@ -204,23 +220,10 @@ class Communicator:
             _copy_into(out[me], parts[me])
             spin = inline_spin_us()
             for r in peers:
-                ep = self._eps[r]
                 incoming = bytearray(room)
-                try:
-                    got = ep._post_recv_up_to(incoming, tag(seq, r, 0), spin)
-                except Exception as e:
-                    posted.failures.append(e)
-                    continue
-                try:
-                    n = got if isinstance(got, int) else await ep._await_recv(got)
-                except Exception as e:
-                    posted.failures.append(e)
-                    continue
-                except BaseException:
-                    posted.cancel()  # cancelled: nothing of this call may outlive it
-                    raise
-                ep._recv_finished()
-                self._take_announcement(seq, r, incoming, n, out, posted)
+                n = await posted.recv_in_turn(self._eps[r], incoming, tag(seq, r, 0), spin, up_to=True)
+                if n is not None:
+                    self._take_announcement(seq, r, incoming, n, out, posted)
             await posted.settle()
             return
 

@@ -36,6 +36,30 @@ class Posted:
             self.ops.append((ep, fut, True))
             self.count(buffer)
 
+    async def recv_in_turn(self, ep, buffer, tag, spin_us, up_to=False):
+        """Receives on ``tag`` now, progressing for up to ``spin_us`` before it waits through
+        the event loop (for calls that post their sends first and then take each message in
+        turn). Exactly ``len(buffer)`` bytes, or with ``up_to`` at most that many; returns how
+        many (``None``: it failed, and the failure is kept). Cancelled, it cancels everything
+        posted: nothing of the call may outlive it."""
+        try:
+            if up_to:
+                got = ep._post_recv_up_to(buffer, tag, spin_us)
+                n = got if isinstance(got, int) else await ep._await_recv(got)
+            else:
+                fut = ep._post_recv(buffer, tag, spin_us)
+                if fut is not None:
+                    await ep._await_recv(fut)
+                n = len(buffer)
+        except Exception as e:
+            self.failures.append(e)
+            return None
+        except BaseException:
+            self.cancel()
+            raise
+        ep._recv_finished()
+        return n
+
     def discard(self, ep, tag):
         """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
         room UCX cuts the message short and its sender still completes (rendezvous
