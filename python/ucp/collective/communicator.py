@@ -252,12 +252,25 @@ class Communicator:
                 # A direct part's messages go at once, behind their announcement.
                 for b, start, stop in _native.alltoallv_messages(len(parts[r]), 0):
                     posted.send(ep, parts[r][start:stop], tag(seq, me, b))
-            # This rank's own part never leaves the process; copied while the peers read theirs.
-            _resize(out[me], len(parts[me]))
-            _copy_into(out[me], parts[me])
+            # The announcements that are in (a spin's worth) come first: their parts' receives
+            # posted, the peers' data moves while this rank copies its own part, which never
+            # leaves the process. The rest are then waited for in turn.
             if recvs:
                 spin_until_done(self._eps[me]._worker, [got for _, _, got in recvs if not isinstance(got, int)])
             for k, (r, incoming, got) in enumerate(recvs):
+                if not isinstance(got, int) and not got.done():
+                    break
+                waited = k + 1
+                try:
+                    n = await self._eps[r]._recv_up_to_done(got)
+                except Exception as e:
+                    posted.failures.append(e)
+                    continue
+                self._take_announcement(seq, r, incoming, n, out, posted)
+            _resize(out[me], len(parts[me]))
+            _copy_into(out[me], parts[me])
+            for k in range(waited, len(recvs)):
+                r, incoming, got = recvs[k]
                 waited = k + 1
                 try:
                     n = await self._eps[r]._recv_up_to_done(got)
