@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use ucx_core::wire::{am_header, CtrlMsg, Flavour};
 use ucx_core::{
-    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, Status, StreamBacklog,
-    Submitted, WorkerAddress, FULL_MASK,
+    AmSendOptions, CloseMode, EndpointParams, MemoryType, Overflow, RecvBuffer, SendBuffer, StreamBacklog, Submitted,
+    WorkerAddress, FULL_MASK,
 };
 
 use crate::am::AmBuffer;
@@ -271,7 +271,7 @@ impl Endpoint {
     fn cause(&self, op: &'static str, e: ucx_core::Error) -> Error {
         match self.inner.state.check(op) {
             Err(down) => down,
-            Ok(()) if is_peer_failure(e.status()) => Error::PeerFailed { op, status: e.status() },
+            Ok(()) if e.status().is_peer_failure() => Error::PeerFailed { op, status: e.status() },
             Ok(()) => Error::Ucx(e),
         }
     }
@@ -533,7 +533,7 @@ impl Endpoint {
         // A flush towards a peer that closed or vanished fails, at once or later (without
         // error handling, a forced close is a flush too: see `CloseMode::Force`); the endpoint
         // is released anyway.
-        r.or_else(|e| if mode == CloseMode::Flush || is_peer_failure(e.status()) { Ok(()) } else { Err(e.into()) })
+        r.or_else(|e| if mode == CloseMode::Flush || e.status().is_peer_failure() { Ok(()) } else { Err(e.into()) })
     }
 
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX
@@ -552,31 +552,5 @@ impl Endpoint {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("tags", &self.inner.tags).field("flavour", &self.inner.flavour).finish()
-    }
-}
-
-/// Whether a UCX status means the connection to the peer failed (as the endpoint's error
-/// callback would report it), not a local mistake.
-fn is_peer_failure(status: Status) -> bool {
-    const LINK_AND_ENDPOINT_FAILURES: std::ops::RangeInclusive<i8> = -89..=-40;
-    matches!(status, Status::ConnectionReset | Status::EndpointTimeout | Status::Unreachable | Status::NotConnected)
-        || matches!(status, Status::Other(raw) if LINK_AND_ENDPOINT_FAILURES.contains(&raw))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{is_peer_failure, Status};
-
-    #[test]
-    fn peer_failure_statuses() {
-        for s in [Status::ConnectionReset, Status::EndpointTimeout, Status::Unreachable, Status::NotConnected] {
-            assert!(is_peer_failure(s), "{s:?}");
-        }
-        assert!(is_peer_failure(Status::Other(-45)), "a link failure");
-        for s in
-            [Status::InvalidParam, Status::MessageTruncated, Status::NoMemory, Status::Canceled, Status::Other(-30)]
-        {
-            assert!(!is_peer_failure(s), "{s:?}");
-        }
     }
 }

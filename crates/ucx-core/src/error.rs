@@ -155,6 +155,16 @@ impl Status {
         let text = unsafe { CStr::from_ptr(sys::ucs_status_string(self.raw())) };
         text.to_str().unwrap_or("(non-UTF-8 status text)")
     }
+
+    /// Whether the status means the connection to the peer failed or ended (as an endpoint's
+    /// error callback reports it, or a close towards a peer already gone ends), not a local
+    /// mistake: a reset, a timeout, unreachable, not connected, or one of UCX's link and
+    /// endpoint failures (`UCS_ERR_FIRST_LINK_FAILURE` to `UCS_ERR_LAST_ENDPOINT_FAILURE`).
+    pub fn is_peer_failure(self) -> bool {
+        const LINK_AND_ENDPOINT_FAILURES: std::ops::RangeInclusive<i8> = -89..=-40;
+        matches!(self, Status::ConnectionReset | Status::EndpointTimeout | Status::Unreachable | Status::NotConnected)
+            || matches!(self, Status::Other(raw) if LINK_AND_ENDPOINT_FAILURES.contains(&raw))
+    }
 }
 
 impl fmt::Display for Status {
@@ -254,6 +264,19 @@ mod tests {
         }
         assert_eq!(Status::from_raw(sys::UCS_OK), None);
         assert_eq!(Status::from_raw(sys::UCS_ERR_CANCELED), Some(Status::Canceled));
+    }
+
+    #[test]
+    fn peer_failure_statuses() {
+        for s in [Status::ConnectionReset, Status::EndpointTimeout, Status::Unreachable, Status::NotConnected] {
+            assert!(s.is_peer_failure(), "{s:?}");
+        }
+        assert!(Status::Other(-45).is_peer_failure(), "a link failure");
+        for s in
+            [Status::InvalidParam, Status::MessageTruncated, Status::NoMemory, Status::Canceled, Status::Other(-30)]
+        {
+            assert!(!s.is_peer_failure(), "{s:?}");
+        }
     }
 
     #[test]

@@ -212,14 +212,9 @@ fn close_within(ep: &ucx_core::Endpoint, mode: CloseMode, peer_told: bool) -> uc
     match ep.close_within(mode, FLUSH_CLOSE_LIMIT) {
         // A peer we told to close may have done so before our close ran: its reset is then
         // what we asked for.
-        Err(e) if peer_told && peer_gone(e.status()) => Ok(()),
+        Err(e) if peer_told && e.status().is_peer_failure() => Ok(()),
         Err(e) => Err(e),
-        Ok(Some(Err(e))) if !peer_gone(e.status()) => Err(e),
+        Ok(Some(Err(e))) if !e.status().is_peer_failure() => Err(e),
         Ok(_) => Ok(()),
     }
-}
-
-/// The statuses a close ends with when the peer has already closed or left.
-fn peer_gone(status: Status) -> bool {
-    matches!(status, Status::ConnectionReset | Status::EndpointTimeout | Status::NotConnected | Status::Unreachable)
 }
