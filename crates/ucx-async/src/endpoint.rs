@@ -538,7 +538,9 @@ impl Endpoint {
 
     /// Closes at once without telling the peer: pending receives fail with `Canceled`, UCX
     /// cancels pending sends. What the peer sent that was not received is dropped (as by
-    /// [`Endpoint::close`]).
+    /// [`Endpoint::close`]). Without peer error handling UCX cannot force a close: the
+    /// endpoint is flushed instead, for at most 100 ms, and the rest finishes in the background
+    /// (`ucx_core::Endpoint::force_close_now`).
     pub fn abort(&self) {
         #[cfg(feature = "tracing")]
         tracing::debug!(tags = ?self.inner.tags, "ucx-async: aborting endpoint");
