@@ -216,8 +216,7 @@ class Communicator:
             posted = Posted()
             for r in peers:
                 posted.send(self._eps[r], announce[r][0], tag(seq, me, 0), fast=True)
-            _resize(out[me], len(parts[me]))
-            _copy_into(out[me], parts[me])
+            _copy_own(out, parts, me)
             spin = inline_spin_us()
             for r in peers:
                 incoming = bytearray(room)
@@ -257,9 +256,11 @@ class Communicator:
             # leaves the process. The rest are then waited for in turn.
             if recvs:
                 spin_until_done(self._eps[me]._worker, [got for _, _, got in recvs if not isinstance(got, int)])
+            own_copied = False
             for k, (r, incoming, got) in enumerate(recvs):
-                if not isinstance(got, int) and not got.done():
-                    break
+                if not own_copied and not isinstance(got, int) and not got.done():
+                    _copy_own(out, parts, me)
+                    own_copied = True
                 waited = k + 1
                 try:
                     n = await self._eps[r]._recv_up_to_done(got)
@@ -267,17 +268,8 @@ class Communicator:
                     posted.failures.append(e)
                     continue
                 self._take_announcement(seq, r, incoming, n, out, posted)
-            _resize(out[me], len(parts[me]))
-            _copy_into(out[me], parts[me])
-            for k in range(waited, len(recvs)):
-                r, incoming, got = recvs[k]
-                waited = k + 1
-                try:
-                    n = await self._eps[r]._recv_up_to_done(got)
-                except Exception as e:
-                    posted.failures.append(e)
-                    continue
-                self._take_announcement(seq, r, incoming, n, out, posted)
+            if not own_copied:
+                _copy_own(out, parts, me)
         except BaseException:
             # Cancelled (or worse) while waiting: nothing of this call may outlive it.
             posted.cancel()
@@ -421,6 +413,12 @@ class Communicator:
         await self.barrier()
         for ep in self._eps:
             ep.abort()
+
+
+def _copy_own(out, parts, me):
+    """This rank's own part into ``out[me]``: it never leaves the process."""
+    _resize(out[me], len(parts[me]))
+    _copy_into(out[me], parts[me])
 
 
 def _copy_into(buf, data):

@@ -44,13 +44,10 @@ class Posted:
         posted: nothing of the call may outlive it."""
         try:
             if up_to:
-                got = ep._post_recv_up_to(buffer, tag, spin_us)
-                n = got if isinstance(got, int) else await ep._await_recv(got)
-            else:
-                fut = ep._post_recv(buffer, tag, spin_us)
-                if fut is not None:
-                    await ep._await_recv(fut)
-                n = len(buffer)
+                return await ep._recv_up_to_done(ep._post_recv_up_to(buffer, tag, spin_us))
+            fut = ep._post_recv(buffer, tag, spin_us)
+            if fut is not None:
+                await ep._await_recv(fut)
         except Exception as e:
             self.failures.append(e)
             return None
@@ -58,7 +55,7 @@ class Posted:
             self.cancel()
             raise
         ep._recv_finished()
-        return n
+        return len(buffer)
 
     def discard(self, ep, tag):
         """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
