@@ -11,17 +11,13 @@ import time
 import pytest
 
 from ucp import _ucx_async as native
-from ucp.collective import launch_env
+from ucp.collective import free_port, launch_env
 from conftest import launched_ranks_pass
 from test_processes import ROOT
 
 RANK_SCRIPT = str(ROOT / "python" / "tests" / "collective_rank.py")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _finish(procs, timeout=60):
@@ -77,7 +73,7 @@ def test_python_ranks_without_error_handling(path):
 def test_a_rank_whose_error_handling_differs_is_refused_by_name():
     """Rank 1 of 2 says ``none``, rank 0 ``peer``: rank 0 fails naming the mismatch, and rank
     1 hears it from rank 0 at once instead of waiting for a table."""
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
     procs = [
         subprocess.Popen(
             [sys.executable, RANK_SCRIPT, "selftest"],
@@ -125,7 +121,7 @@ def _alive(pid):
 def test_a_rank_that_leaves_costs_the_others_nothing_of_each_others():
     """The last of 3 ranks leaves mid-job: the other two's alltoallv fails for it without
     hanging, and each still has the other's 1 MiB part whole (as in ucx-async)."""
-    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
     procs = [
         subprocess.Popen([sys.executable, RANK_SCRIPT, "rank-gone"], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
         for r in range(3)
@@ -188,7 +184,7 @@ def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path,
     checks out. Either language can be rank 0, and either can send its parts in batches
     through its bounce pool (3000 bytes: many batches per part) while the other sends whole;
     with error handling or, in both languages, without."""
-    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
     env["UCXA_ERROR_HANDLING"] = error_handling
     procs = []
     for rank in range(3):
@@ -280,12 +276,25 @@ def test_python_hash_join_matches_its_single_process_join_and_the_rust_example(r
 
 
 def test_hash_join_with_python_rank_0_and_rust_ranks(rust_examples):
-    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), UCX_NET_DEVICES="lo")
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
     cmds = [[sys.executable, HASH_JOIN_PY, "--rows", "20000"]] + [[str(rust_examples / "hash_join"), "--rows", "20000"]] * 2
     procs = [subprocess.Popen(c, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True) for r, c in enumerate(cmds)]
     results = _finish(procs)
     assert all(status == 0 for status, _ in results), results
     assert _result_line(results[0][1]).endswith("matches the single-process join"), results[0][1]
+
+
+def test_free_port_is_outside_the_kernels_ephemeral_range_and_free():
+    """A launcher's port for rank 0 is one the kernel never hands a starting rank's sockets
+    (bound to port 0) by itself, and nothing holds it (CI once failed when a rank's UCX held
+    rank 0's port: "Address already in use")."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(v) for v in f.read().split())
+    for _ in range(20):
+        port = free_port()
+        assert 10000 <= port <= 65535 and not low <= port <= high, (port, low, high)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
 
 
 def test_launch_env_reads_torchrun_mpi_and_pmi_and_names_bad_values():

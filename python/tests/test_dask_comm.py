@@ -283,11 +283,9 @@ def test_a_listener_can_listen_again_on_its_port_at_once(fresh_ucp):
     """distributed's TCP listener sets SO_REUSEADDR, so a scheduler restarted on its port
     binds while the old connections linger in TIME_WAIT. UCX does not by default
     (UCX_CM_REUSEADDR=n); the comm turns it on."""
-    import socket
+    from ucp.collective import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     async def main():
         for _ in range(2):
@@ -692,15 +690,14 @@ def test_cli_scheduler_and_worker():
     """`dask scheduler --protocol ucxa` and `dask worker ucxa://...` as separate processes."""
     import os
     import shutil
-    import socket
     import subprocess
 
     from distributed import Client
 
+    from ucp.collective import free_port
+
     dask_cli = shutil.which("dask") or os.path.join(os.path.dirname(sys.executable), "dask")
-    with socket.socket() as s:  # a free port for the scheduler
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # for the scheduler, which the worker starting beside it cannot take
     address = f"ucxa://127.0.0.1:{port}"
     common = ["--no-dashboard"]
     sched = subprocess.Popen(

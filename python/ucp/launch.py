@@ -8,10 +8,11 @@ import argparse
 import ctypes
 import signal
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from .collective.launch import free_port
 
 
 try:
@@ -35,9 +36,7 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     if opts.nproc < 1:
         parser.error(f"-n must be at least 1, not {opts.nproc}")
-    with socket.socket() as s:  # a free port for rank 0 (released, then bound by rank 0)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # for rank 0, which binds it once it starts
     procs = []
     for rank in range(opts.nproc):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(opts.nproc))

@@ -16,19 +16,21 @@ which path it takes, so ranks may choose differently; the bytes, the batch arith
 automatic rule are ucx-core's (``wire::alltoallv``). ``alltoallv_device`` moves CUDA
 arrays, each part one message from device memory to device memory.
 
-The package's modules: ``launch`` (the launchers' variables, a rank's nearest devices),
+The package's modules: ``launch`` (the launchers' variables, rank 0's port, a rank's nearest
+devices),
 ``bootstrap`` (how ranks meet), ``communicator`` (``Communicator`` and its collectives),
 ``posted`` (a call's operations, posted before anything waits, and the inline spin).
 """
 from .bootstrap import BOOTSTRAP_TIMEOUT
 from .communicator import Communicator
-from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env, local_rank, rank_net_devices
+from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, free_port, launch_env, local_rank, rank_net_devices
 
 __all__ = [
     "BOOTSTRAP_TIMEOUT",
     "Communicator",
     "ERROR_HANDLING",
     "RENDEZVOUS_FILE",
+    "free_port",
     "launch_env",
     "local_rank",
     "rank_net_devices",

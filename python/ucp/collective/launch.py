@@ -1,13 +1,51 @@
 """Where a rank learns its place in the job: the variables launchers set (torchrun, Open MPI,
 PMI, MPICH, our ``python -m ucp.launch``), the rendezvous-file and error-handling variables,
-and the network devices nearest a rank's GPU. ucx-async's twin is ``collective/launch.rs``."""
+a port for rank 0 to listen on, and the network devices nearest a rank's GPU. ucx-async's twin is ``collective/launch.rs``."""
 import os
+import random
+import socket
 
 #: The variable naming a rendezvous file (``Communicator.bootstrap``'s ``rendezvous_file``).
 RENDEZVOUS_FILE = "UCXA_RENDEZVOUS_FILE"
 #: The variable choosing the ranks' error handling, ``peer`` or ``none``
 #: (``Communicator.bootstrap``'s ``error_handling``).
 ERROR_HANDLING = "UCXA_ERROR_HANDLING"
+
+
+def free_port(host="127.0.0.1"):
+    """A port on ``host`` that nothing is bound to and that the kernel does not hand out by
+    itself, for a launcher to give rank 0 (``MASTER_PORT``) before the ranks start. A port
+    from binding port 0 is from the kernel's ephemeral range, from which every socket the
+    starting ranks open draws (UCX's own among them), so another rank could hold it by the
+    time rank 0 listens: a job failed so ("Address already in use"). Ports outside that range
+    (``/proc/sys/net/ipv4/ip_local_port_range``), from 10000 up, are taken only by an explicit
+    bind."""
+    low, high = _ephemeral_ports()
+    outside = [(10000, low - 1), (high + 1, 65535)]
+    outside = [(a, b) for a, b in outside if a <= b]
+    rng = random.SystemRandom()
+    for _ in range(100):
+        a, b = rng.choices(outside, weights=[b - a + 1 for a, b in outside])[0]
+        port = rng.randint(a, b)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as s:  # every try was taken: any free port, as before
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _ephemeral_ports():
+    """The kernel's range of ports for sockets bound to port 0 (Linux's default elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def launch_env(environ=None):
