@@ -249,6 +249,18 @@ async def rank_gone(c):
         raise AssertionError("alltoallv went on as if the last rank were there")
     for s in range(c.size - 1):
         assert bytes(out[s]) == bytes([s * 16 + c.rank]) * (1 << 20), f"rank {c.rank} lacks rank {s}'s part"
+    # A small call (every part inside its announcement, done natively) fails the same way.
+    small = [bytes([c.rank * 16 + d]) * 1000 for d in range(c.size)]
+    try:
+        await asyncio.wait_for(c.alltoallv_into(small, out), 30)
+    except asyncio.TimeoutError:
+        raise AssertionError("a small alltoallv hung on a rank that left") from None
+    except Exception as e:
+        print(f"FAILED AS EXPECTED rank {c.rank}: {type(e).__name__}", flush=True)
+    else:
+        raise AssertionError("a small alltoallv went on as if the last rank were there")
+    for s in range(c.size - 1):
+        assert bytes(out[s]) == bytes([s * 16 + c.rank]) * 1000, f"rank {c.rank} lacks rank {s}'s small part"
     print(f"OK rank {c.rank}", flush=True)
     os._exit(0)  # the communicator cannot close cleanly without the last rank
 

@@ -222,7 +222,7 @@ impl Endpoint {
     /// otherwise start a rendezvous (`ucx_core::Endpoint::tag_send_fast`; the collectives'
     /// announcements).
     #[pyo3(signature = (buffer, tag, spin_us = 0, fast = false))]
-    fn tag_send_checked(
+    pub(crate) fn tag_send_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
@@ -243,7 +243,7 @@ impl Endpoint {
     /// at once): for messages whose size the receiver cannot know (the collectives'
     /// announcements, which may carry a small part).
     #[pyo3(signature = (buffer, tag, spin_us = 0, up_to = false))]
-    fn tag_recv_checked(
+    pub(crate) fn tag_recv_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
@@ -416,6 +416,20 @@ struct Sending {
 }
 
 impl Endpoint {
+    /// `tag_send_checked` (with `fast`, no spin) of bytes made in native code (a collective's
+    /// announcement with its part inside): no Python object to make or export.
+    pub(crate) fn send_bytes_checked(&self, py: Python<'_>, bytes: Vec<u8>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
+        self.raise_on_error(py)?;
+        let ep = self.ep(py)?;
+        let name = self.name("Send", Some(tag), bytes.len(), None);
+        let op = Submission {
+            submitted: ep.tag_send_owned_fast(bytes, tag),
+            expect: Expect::new(name, None),
+            owner: Some(self.owner()),
+        };
+        submit::track(&self.engine, py, op, None)
+    }
+
     /// A tag send, spinning up to `how.spin_us` if UCX did not finish it at once.
     fn send_spinning(
         &self,

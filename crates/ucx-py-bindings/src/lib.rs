@@ -25,7 +25,8 @@
 //!   prefix, user tags, multi-frame header) from ucx-core, for `python/ucp`.
 //! - Leaves: [`host_pool`] (`HostPool`, receive buffers from memory already backed),
 //!   [`collective`] and [`multirail`] (their wire bytes for `ucp.collective` and
-//!   `ucp.multirail`), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
+//!   `ucp.multirail`), [`small_collective`] (`ucp.collective`'s small calls in one native
+//!   call), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
 //!
 //! Everything Python-facing beyond these primitives (the handshake's flow, the close
 //! protocol's flow, `ucp.core`) is pure Python in `python/ucp`; the bytes are ucx-core's.
@@ -46,6 +47,7 @@ mod multirail;
 mod outcome;
 mod request;
 mod rma;
+mod small_collective;
 mod submit;
 mod sync;
 mod target;
@@ -90,6 +92,8 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_messages, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_auto_buffered, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(small_collective::exchange_small, m)?)?;
+    m.add_function(wrap_pyfunction!(small_collective::alltoallv_small, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;

@@ -32,6 +32,8 @@ class Communicator:
         self._path = "auto"
         self._batch, self._depth = _native.alltoallv_bounce_defaults()
         self._pool = {}  # rank -> list of bounce buffers, made on first use
+        self._native_eps = [ep._ep for ep in endpoints]  # for the small calls' native part
+        self._rooms = None  # per rank: where a small alltoallv's announcement lands
         self._transports = None
 
     def set_data_path(self, path, batch=None, depth=None):
@@ -129,20 +131,15 @@ class Communicator:
         """Sends ``sends[r]`` to and receives ``recvs[r]`` from every rank ``r`` with an entry
         (``None``: nothing), all posted before anything waits (``Posted``)."""
         me, tag = self._rank, _native.collective_own_tag
-        posted = Posted()
         if all(b is None or len(b) <= _SMALL for b in sends):
             # Small messages (a barrier's, a few bytes gathered): sent first (eager, they
-            # finish here), then each received in turn with the inline spin, as alltoallv's
-            # small parts are.
-            for r, b in enumerate(sends):
-                if b is not None:
-                    posted.send(self._eps[r], b, tag(seq, me, batch), fast=True)
-            spin = inline_spin_us()
-            for r, b in enumerate(recvs):
-                if b is not None:
-                    await posted.recv_in_turn(self._eps[r], b, tag(seq, r, batch), spin)
-            await posted.settle()
+            # finish there), then each received in turn with the inline spin, in one native
+            # call, as alltoallv's small parts are.
+            left = _native.exchange_small(self._native_eps, me, seq, batch, sends, recvs, inline_spin_us())
+            if left:
+                await self._finish_small(seq, left, None)
             return
+        posted = Posted()
         for r, b in enumerate(recvs):
             if b is not None:
                 posted.recv(self._eps[r], b, tag(seq, r, batch))
@@ -184,8 +181,22 @@ class Communicator:
         size = self.size
         if len(parts) != size:
             raise ValueError(f"{len(parts)} parts for {size} ranks")
-        parts = [memoryview(p).cast("B") for p in parts]
         me = self._rank
+        if self._path != "buffered":
+            # Every outgoing part rides in its announcement: one native call sends them all
+            # (eager, they finish there), copies the own part, then takes each peer's
+            # announcement in turn with the inline spin (``small_collective``). Two ranks'
+            # 1 KiB call: 32 us when each step was a Python call, 19-20 in Python's fewest
+            # steps, X natively (examples/python/alltoall.py).
+            if self._rooms is None:
+                self._rooms = [bytearray(_native.alltoallv_announce_room(size)) for _ in range(size)]
+            left = _native.alltoallv_small(self._native_eps, me, self._seq, parts, out, self._rooms, inline_spin_us())
+            if left is not None:
+                seq = self._next_seq()
+                if left:
+                    await self._finish_small(seq, left, out)
+                return
+        parts = [memoryview(p).cast("B") for p in parts]
         # Decided, and checked against the tag layout, before anything is sent: a refused part
         # leaves no peer waiting for half a call.
         batches = [0 if r == me else self._batch_for(r, len(p)) for r, p in enumerate(parts)]
@@ -208,24 +219,6 @@ class Communicator:
                 out[r] = bytearray()
 
         peers = [r for r in range(size) if r != me]
-        if all(announce[r][1] for r in peers):
-            # Every outgoing part rides in its announcement: send them all (eager, they finish
-            # here), copy the own part, then take each peer's announcement in turn with the
-            # inline spin. Fewer steps than posting every receive first and settling them
-            # together: two ranks' 1 KiB call 32-33 -> 23-27 us (examples/python/alltoall.py).
-            posted = Posted()
-            for r in peers:
-                posted.send(self._eps[r], announce[r][0], tag(seq, me, 0), fast=True)
-            _copy_own(out, parts, me)
-            spin = inline_spin_us()
-            for r in peers:
-                incoming = bytearray(room)
-                n = await posted.recv_in_turn(self._eps[r], incoming, tag(seq, r, 0), spin, up_to=True)
-                if n is not None:
-                    self._take_announcement(seq, r, incoming, n, out, posted)
-            await posted.settle()
-            return
-
         # Every peer's announcement receive, then every announcement send (and a direct part's
         # messages behind it), is posted before anything waits (``Posted``); parts sent through
         # the bounce pool run as tasks, and every part's receives are posted once its
@@ -278,6 +271,45 @@ class Communicator:
             raise
         # Every peer's operations settle before the call returns, even when one peer's fail:
         # the healthy peers' parts arrive whole, and nothing is left running behind the call.
+        await posted.settle()
+
+    async def _finish_small(self, seq, left, out):
+        """Settles what a small call's native part left in flight or failed (its leftovers:
+        ``small_collective``'s module doc), as any call settles: every peer's operations end
+        before the call returns, then the first failure is raised. ``out``: alltoallv's output
+        list, for the parts of announcements still to come."""
+        posted = Posted()
+        announcing = []  # (rank, future): announcements still on their way, taken in turn
+        for kind, r, x in left:
+            ep = self._eps[r]
+            if kind == "send":
+                posted.adopt(ep, x, False)
+            elif kind == "recv":
+                posted.adopt(ep, x, True)
+            elif kind == "announcing":
+                announcing.append((r, x))
+            elif kind == "announced":
+                self._take_announcement(seq, r, self._rooms[r], x, out, posted)
+            elif kind == "recv_failed" or ep._send_failure(x) is not None:
+                posted.failures.append(x)
+        waited = 0
+        try:
+            for k, (r, fut) in enumerate(announcing):
+                waited = k + 1
+                try:
+                    n = await self._eps[r]._recv_up_to_done(fut)
+                except Exception as e:
+                    posted.failures.append(e)
+                    continue
+                self._take_announcement(seq, r, self._rooms[r], n, out, posted)
+        except BaseException:
+            # Cancelled while waiting: nothing of this call may outlive it, and a room UCX may
+            # still write is not reused.
+            posted.cancel()
+            for r, fut in announcing[waited:]:
+                self._eps[r]._abandon_recv(fut)
+            self._rooms = None
+            raise
         await posted.settle()
 
     def _take_announcement(self, seq, r, incoming, n, out, posted):

@@ -36,26 +36,10 @@ class Posted:
             self.ops.append((ep, fut, True))
             self.count(buffer)
 
-    async def recv_in_turn(self, ep, buffer, tag, spin_us, up_to=False):
-        """Receives on ``tag`` now, progressing for up to ``spin_us`` before it waits through
-        the event loop (for calls that post their sends first and then take each message in
-        turn). Exactly ``len(buffer)`` bytes, or with ``up_to`` at most that many; returns how
-        many (``None``: it failed, and the failure is kept). Cancelled, it cancels everything
-        posted: nothing of the call may outlive it."""
-        try:
-            if up_to:
-                return await ep._recv_up_to_done(ep._post_recv_up_to(buffer, tag, spin_us))
-            fut = ep._post_recv(buffer, tag, spin_us)
-            if fut is not None:
-                await ep._await_recv(fut)
-        except Exception as e:
-            self.failures.append(e)
-            return None
-        except BaseException:
-            self.cancel()
-            raise
-        ep._recv_finished()
-        return len(buffer)
+    def adopt(self, ep, fut, is_recv):
+        """Takes on an operation already posted (a small call's native part left it in
+        flight): a receive if ``is_recv``, else a send."""
+        self.ops.append((ep, fut, is_recv))
 
     def discard(self, ep, tag):
         """Posts a receive that takes the message on ``tag`` and drops it: with one byte of

@@ -1,0 +1,263 @@
+//! `ucp.collective`'s small calls in one crossing into native code: a barrier, an allgather of
+//! at most a few bytes, and an `alltoallv` whose outgoing parts all ride in their
+//! announcements. Every send is posted (eager: they finish here), then each peer's message is
+//! taken in turn while the worker spins for the caller's budget. The order of the steps is
+//! Python's (`Communicator._exchange`, `alltoallv_into`); what is done here is only the steps
+//! that finish at once. Whatever is still in flight when the budget runs out, and whatever
+//! failed, goes back to Python as leftovers, which the communicator settles as it settles any
+//! call (`Posted`): one rule for failures and cancellation, in Python.
+//!
+//! Why native: each Python step of such a call (a send, a receive, a decode, a copy) cost 1
+//! to 3 µs, several times what UCX takes to move the bytes over shared memory.
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyInt, PyList, PyString, PyTuple};
+use ucx_core::wire::alltoallv::{self, Announce};
+use ucx_core::wire::collective_tag;
+use ucx_core::{MemoryType, SendBuffer};
+
+use crate::buffer::PyBuf;
+use crate::endpoint::Endpoint;
+
+/// Leftovers, as `(kind, rank, value)` tuples. Kinds:
+/// - `"send"`: a send still in flight (value: its future);
+/// - `"recv"`: an exact receive still in flight (its future);
+/// - `"announcing"`: an announcement's receive still in flight (its future; the message
+///   lands in the rank's room);
+/// - `"announced"`: an announcement whose part did not come inside it (its length in the
+///   room): Python posts the part's receives;
+/// - `"send_failed"`, `"recv_failed"`: the exception.
+struct Leftovers<'py> {
+    list: Bound<'py, PyList>,
+}
+
+impl<'py> Leftovers<'py> {
+    fn new(py: Python<'py>) -> Leftovers<'py> {
+        Leftovers { list: PyList::empty(py) }
+    }
+
+    fn push(&self, kind: &'static str, rank: usize, value: Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.list.py();
+        let kind = PyString::intern(py, kind);
+        self.list.append(PyTuple::new(py, [kind.into_any(), rank.into_pyobject(py)?.into_any(), value])?)
+    }
+
+    fn failed(&self, kind: &'static str, rank: usize, e: PyErr) -> PyResult<()> {
+        let py = self.list.py();
+        self.push(kind, rank, e.into_value(py).into_bound(py).into_any())
+    }
+}
+
+/// The time left of a spin budget that ends at `deadline`, in whole microseconds (0: none).
+fn left_us(deadline: Instant) -> u64 {
+    u64::try_from(deadline.saturating_duration_since(Instant::now()).as_micros()).unwrap_or(u64::MAX)
+}
+
+fn tag_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// Sends `sends[r]` to and receives `recvs[r]` (exactly its size) from every rank `r` with an
+/// entry (`None`: nothing), on the tags of batch `batch` of operation `seq`, this rank being
+/// `me`: every send first, then each receive in turn, the worker spinning for up to `spin_us`
+/// in all. Returns the leftovers (see the module doc; empty: all done).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exchange_small<'py>(
+    py: Python<'py>,
+    eps: Vec<Bound<'py, Endpoint>>,
+    me: usize,
+    seq: u32,
+    batch: usize,
+    sends: Vec<Option<Bound<'py, PyAny>>>,
+    recvs: Vec<Option<Bound<'py, PyAny>>>,
+    spin_us: u64,
+) -> PyResult<Bound<'py, PyList>> {
+    if sends.len() != eps.len() || recvs.len() != eps.len() {
+        return Err(PyValueError::new_err(format!(
+            "{} endpoints, {} sends and {} receives: one of each per rank",
+            eps.len(),
+            sends.len(),
+            recvs.len()
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_micros(spin_us);
+    let mine = collective_tag::own(seq, me, batch).map_err(tag_error)?;
+    let theirs: Vec<u64> =
+        (0..eps.len()).map(|r| collective_tag::own(seq, r, batch)).collect::<Result<_, _>>().map_err(tag_error)?;
+    let left = Leftovers::new(py);
+    for (r, (ep, send)) in eps.iter().zip(&sends).enumerate() {
+        let Some(buffer) = send else { continue };
+        match ep.get().tag_send_checked(py, buffer, mine, 0, true) {
+            Ok(None) => {}
+            Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
+            Err(e) => left.failed("send_failed", r, e)?,
+        }
+    }
+    for (r, (ep, recv)) in eps.iter().zip(&recvs).enumerate() {
+        let Some(buffer) = recv else { continue };
+        match ep.get().tag_recv_checked(py, buffer, theirs[r], left_us(deadline), false) {
+            Ok(None) => {}
+            Ok(Some(fut)) => left.push("recv", r, fut.into_bound(py))?,
+            Err(e) => left.failed("recv_failed", r, e)?,
+        }
+    }
+    Ok(left.list)
+}
+
+/// `alltoallv` of operation `seq` for rank `me` when every part for a peer rides in its
+/// announcement: sends every announcement, copies `parts[me]` into `out[me]`, then takes each
+/// peer's announcement in turn into `rooms[r]` (a bytearray of the announcement room), its
+/// part into `out[r]`, the worker spinning for up to `spin_us` in all. `out` becomes a list of
+/// one bytearray per rank (kept where it already holds one: its memory is reused). Returns the
+/// leftovers (see the module doc; empty: all done), or `None`, having done nothing, where the
+/// call is not that small (a peer's part too large to ride inline, or not host memory): the
+/// caller then takes its general path.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn alltoallv_small<'py>(
+    py: Python<'py>,
+    eps: Vec<Bound<'py, Endpoint>>,
+    me: usize,
+    seq: u32,
+    parts: Vec<Bound<'py, PyAny>>,
+    out: &Bound<'py, PyList>,
+    rooms: Vec<Bound<'py, PyByteArray>>,
+    spin_us: u64,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let world = eps.len();
+    if parts.len() != world || rooms.len() != world || me >= world {
+        return Err(PyValueError::new_err(format!(
+            "{world} endpoints, {} parts and {} rooms for rank {me}: one of each per rank",
+            parts.len(),
+            rooms.len()
+        )));
+    }
+    let inline_max = alltoallv::inline_max(world);
+    let mut bufs = Vec::with_capacity(world);
+    for (r, p) in parts.iter().enumerate() {
+        // What the general path would refuse or treat otherwise is left to it, untouched.
+        let Ok(buf) = PyBuf::readable(p) else { return Ok(None) };
+        if buf.memory_type() != MemoryType::Host || (r != me && buf.byte_len() > inline_max) {
+            return Ok(None);
+        }
+        bufs.push(buf);
+    }
+    let deadline = Instant::now() + Duration::from_micros(spin_us);
+    let mine = collective_tag::own(seq, me, 0).map_err(tag_error)?;
+    let theirs: Vec<u64> =
+        (0..world).map(|r| collective_tag::own(seq, r, 0)).collect::<Result<_, _>>().map_err(tag_error)?;
+    let room_len = alltoallv::LEN + inline_max;
+    if let Some(r) = rooms.iter().position(|room| room.len() != room_len) {
+        return Err(PyValueError::new_err(format!("room {r} holds {} bytes, not {room_len}", rooms[r].len())));
+    }
+    let targets = bytearrays(py, out, world)?;
+
+    let left = Leftovers::new(py);
+    for (r, ep) in eps.iter().enumerate() {
+        if r == me {
+            continue;
+        }
+        let part = host_bytes(&bufs[r]);
+        let announce = Announce::new(part.len() as u64, 0).map_err(tag_error)?;
+        let mut message = Vec::with_capacity(alltoallv::LEN + part.len());
+        announce.encode_message(part, inline_max, &mut message);
+        match ep.get().send_bytes_checked(py, message, mine) {
+            Ok(None) => {}
+            Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
+            Err(e) => left.failed("send_failed", r, e)?,
+        }
+    }
+    if let Err(e) = fill(&targets[me], host_bytes(&bufs[me])) {
+        left.failed("recv_failed", me, e)?;
+    }
+    drop(bufs);
+    crate::buffer::release_deferred(py);
+    for (r, ep) in eps.iter().enumerate() {
+        if r == me {
+            continue;
+        }
+        let got = match ep.get().tag_recv_checked(py, rooms[r].as_any(), theirs[r], left_us(deadline), true) {
+            Ok(got) => got.map(|g| g.into_bound(py)),
+            Err(e) => {
+                left.failed("recv_failed", r, e)?;
+                continue;
+            }
+        };
+        let Some(got) = got else { continue };
+        if !got.is_instance_of::<PyInt>() {
+            left.push("announcing", r, got)?;
+            continue;
+        }
+        let n: usize = got.extract()?;
+        // SAFETY: the GIL is held and no Python code runs while the slice lives, so nothing
+        // resizes or writes the room meanwhile; UCX finished writing it (the receive is done).
+        let message = unsafe { rooms[r].as_bytes() }.get(..n).unwrap_or_default();
+        match Announce::decode_message(message, inline_max) {
+            Err(e) => {
+                left.failed("recv_failed", r, PyValueError::new_err(format!("rank {r} sent a bad announcement: {e}")))?
+            }
+            Ok((a, data)) if a.is_inline(inline_max) => {
+                if let Err(e) = fill(&targets[r], data) {
+                    left.failed("recv_failed", r, e)?;
+                }
+            }
+            Ok(_) => left.push("announced", r, got)?,
+        }
+    }
+    Ok(Some(left.list))
+}
+
+/// The bytes of a host buffer.
+fn host_bytes(buf: &PyBuf) -> &[u8] {
+    if buf.byte_len() == 0 {
+        return &[];
+    }
+    // SAFETY: host memory of `byte_len` bytes, kept alive (and exported, so not resized) by
+    // `buf` for as long as the slice borrows it.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr(), buf.byte_len()) }
+}
+
+/// Makes `out` a list of `world` bytearrays, keeping those it already holds.
+fn bytearrays<'py>(py: Python<'py>, out: &Bound<'py, PyList>, world: usize) -> PyResult<Vec<Bound<'py, PyByteArray>>> {
+    if out.len() > world {
+        out.del_slice(world, out.len())?;
+    }
+    let mut targets = Vec::with_capacity(world);
+    for r in 0..world {
+        let kept = if r < out.len() { out.get_item(r)?.downcast_into::<PyByteArray>().ok() } else { None };
+        let b = match kept {
+            Some(b) => b,
+            None => {
+                let b = PyByteArray::new(py, &[]);
+                if r < out.len() {
+                    out.set_item(r, &b)?;
+                } else {
+                    out.append(&b)?;
+                }
+                b
+            }
+        };
+        targets.push(b);
+    }
+    Ok(targets)
+}
+
+/// Makes `target` exactly `data` (resized in place: its memory is reused once it has grown).
+fn fill(target: &Bound<'_, PyByteArray>, data: &[u8]) -> PyResult<()> {
+    if target.len() != data.len() {
+        target.resize(data.len())?;
+    }
+    if data.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the GIL is held and no Python code runs while the slice lives; `data` may be
+    // the same memory (a rank's own part passed as its output), so the copy allows overlap.
+    unsafe {
+        let dst = target.as_bytes_mut();
+        std::ptr::copy(data.as_ptr(), dst.as_mut_ptr(), data.len());
+    }
+    Ok(())
+}
