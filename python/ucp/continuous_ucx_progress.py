@@ -70,9 +70,14 @@ def others_ready(loop):
     callback: while the worker is unarmed the fd stays readable; a non-blocking driver's next
     step) is ready to run on ``loop``; a spin would only delay it."""
     ready = getattr(loop, "_ready", None)
-    if not ready:  # the common case, without building the generator
+    if not ready:
         return False
-    return any(not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)) for h in ready)
+    # A plain loop: a generator cost the usual case (one scheduled driver pass) 0.3 us, on
+    # every small collective call and inline send or receive.
+    for h in ready:
+        if not _is_driver(getattr(getattr(h, "_callback", None), "__self__", None)):
+            return True
+    return False
 
 
 def inline_spin_us():

@@ -187,6 +187,17 @@ impl PyBufMut {
     pub(crate) fn check_cuda(self, cuda_support: bool) -> PyResult<Self> {
         self.0.check_cuda(cuda_support).map(PyBufMut)
     }
+
+    /// Its `len` bytes from `start` (a receive into one part of a larger buffer, the export
+    /// still held whole); `None` where they do not lie inside it.
+    pub(crate) fn narrow(mut self, start: usize, len: usize) -> Option<PyBufMut> {
+        if start.checked_add(len)? > self.0.len {
+            return None;
+        }
+        self.0.ptr = self.0.ptr.wrapping_add(start);
+        self.0.len = len;
+        Some(self)
+    }
 }
 
 /// Whether `obj` can have `__cuda_array_interface__`: its type defines it, or its instances

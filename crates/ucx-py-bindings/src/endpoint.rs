@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use ucx_core::{wire, AmSendOptions, EndpointParams, MemoryType, Owned, SendBuffer, FULL_MASK};
 
 use crate::am::AmQueues;
-use crate::buffer::PyBuf;
+use crate::buffer::{PyBuf, PyBufMut};
 use crate::endpoint_life::EpShared;
 use crate::engine::{Engine, OpOwner};
 use crate::errors::{self, End, Kind};
@@ -49,6 +49,17 @@ impl TagRecv<'_> {
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let buf = PyBuf::writable(buffer)?.check_cuda(engine.cuda_support)?;
+        self.post_buf(engine, buffer.py(), buf, on_done)
+    }
+
+    /// [`TagRecv::post`] into memory already taken in (checked writable, CUDA ready).
+    pub(crate) fn post_buf(
+        self,
+        engine: &Arc<Engine>,
+        py: Python<'_>,
+        buf: PyBufMut,
+        on_done: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
         let nbytes = buf.len();
         let spin_us = submit::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
@@ -57,7 +68,7 @@ impl TagRecv<'_> {
             expect: Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) },
             owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
         };
-        submit::track_spinning(engine, buffer.py(), op, on_done, spin_us)
+        submit::track_spinning(engine, py, op, on_done, spin_us)
     }
 }
 
@@ -253,7 +264,7 @@ impl Endpoint {
     ) -> PyResult<Option<Py<PyAny>>> {
         self.check_recv(py, tag)?;
         let recv = TagRecv { tag, up_to, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
-        self.post_recv(py, recv, buffer, None)
+        self.post_recv(py, recv, PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?, None)
     }
 
     /// Counts messages that wait on `tag` against this endpoint (`Endpoint` watches its own
@@ -461,7 +472,21 @@ impl Endpoint {
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
         let recv = TagRecv { tag, up_to: false, mask: FULL_MASK, ep: Some(&self.shared), name, spin_us };
-        self.post_recv(py, recv, buffer, on_done)
+        self.post_recv(py, recv, PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?, on_done)
+    }
+
+    /// `tag_recv_checked` (exactly `buf`'s size) into memory already taken in: one part of a
+    /// larger buffer (`PyBufMut::narrow`; an allgather's rank by rank).
+    pub(crate) fn recv_into_checked(
+        &self,
+        py: Python<'_>,
+        buf: PyBufMut,
+        tag: u64,
+        spin_us: u64,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.check_recv(py, tag)?;
+        let recv = TagRecv { tag, up_to: false, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
+        self.post_recv(py, recv, buf, None)
     }
 
     /// Posts `recv` and, if it is left in flight, fails it at once should the peer be gone.
@@ -469,11 +494,11 @@ impl Endpoint {
         &self,
         py: Python<'_>,
         recv: TagRecv<'_>,
-        buffer: &Bound<'_, PyAny>,
+        buf: PyBufMut,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let up_to = recv.up_to;
-        let pending = recv.post(&self.engine, buffer, on_done)?;
+        let pending = recv.post_buf(&self.engine, py, buf, on_done)?;
         // An up-to receive's return value is its length when it finished at once.
         let in_flight = pending.as_ref().is_some_and(|p| !(up_to && p.bind(py).is_instance_of::<pyo3::types::PyInt>()));
         if in_flight {

@@ -92,7 +92,7 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_messages, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_auto_buffered, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;
-    m.add_function(wrap_pyfunction!(small_collective::exchange_small, m)?)?;
+    m.add_function(wrap_pyfunction!(small_collective::gather_small, m)?)?;
     m.add_function(wrap_pyfunction!(small_collective::alltoallv_small, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;

@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyInt, PyList, PyString, PyTuple};
 use ucx_core::wire::alltoallv::{self, Announce};
 use ucx_core::wire::collective_tag;
-use ucx_core::{MemoryType, SendBuffer};
+use ucx_core::{MemoryType, RecvBuffer, SendBuffer};
 
 use crate::buffer::PyBuf;
 use crate::endpoint::Endpoint;
@@ -59,52 +59,101 @@ fn tag_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// Sends `sends[r]` to and receives `recvs[r]` (exactly its size) from every rank `r` with an
-/// entry (`None`: nothing), on the tags of batch `batch` of operation `seq`, this rank being
-/// `me`: every send first, then each receive in turn, the worker spinning for up to `spin_us`
-/// in all. Returns the leftovers (see the module doc; empty: all done).
+/// The largest message a small gather sends ([`gather_small`]; larger ones go through
+/// Python's general path, where every receive is posted before anything waits): UCX sends it
+/// eagerly everywhere, so the sends finish at once.
+pub(crate) const SMALL_GATHER_MAX: usize = 1024;
+
+/// `allgather` of operation `seq` for rank `me`: `mine` to every other rank, then each rank's
+/// into its `len(mine)` bytes of `out` in turn (this rank's own copied there), the worker
+/// spinning for up to `spin_us` in all. With `barrier`, `mine` and `out` are empty and the
+/// empty messages are the barrier; otherwise an empty `mine` sends nothing (as ucx-async's
+/// `allgather`). Raises `ValueError` if `out` is not `world * len(mine)` bytes. Returns the
+/// leftovers (see the module doc; empty: all done), or `None`, having done nothing, where
+/// `mine` is larger than [`SMALL_GATHER_MAX`] or either is not host memory.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn exchange_small<'py>(
+pub(crate) fn gather_small<'py>(
     py: Python<'py>,
     eps: Vec<Bound<'py, Endpoint>>,
     me: usize,
     seq: u32,
-    batch: usize,
-    sends: Vec<Option<Bound<'py, PyAny>>>,
-    recvs: Vec<Option<Bound<'py, PyAny>>>,
+    mine: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
     spin_us: u64,
-) -> PyResult<Bound<'py, PyList>> {
-    if sends.len() != eps.len() || recvs.len() != eps.len() {
+    barrier: bool,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let world = eps.len();
+    let (Ok(src), Ok(mut dst)) = (PyBuf::readable(mine), PyBuf::writable(out)) else { return Ok(None) };
+    let n = src.byte_len();
+    if src.memory_type() != MemoryType::Host || dst.memory_type() != MemoryType::Host || n > SMALL_GATHER_MAX {
+        return Ok(None);
+    }
+    if dst.len() != n * world {
         return Err(PyValueError::new_err(format!(
-            "{} endpoints, {} sends and {} receives: one of each per rank",
-            eps.len(),
-            sends.len(),
-            recvs.len()
+            "out holds {} bytes, {world} ranks x {n} need {}",
+            dst.len(),
+            n * world
         )));
     }
-    let deadline = Instant::now() + Duration::from_micros(spin_us);
-    let mine = collective_tag::own(seq, me, batch).map_err(tag_error)?;
-    let theirs: Vec<u64> =
-        (0..eps.len()).map(|r| collective_tag::own(seq, r, batch)).collect::<Result<_, _>>().map_err(tag_error)?;
+    if me >= world {
+        return Err(PyValueError::new_err(format!("rank {me} is not below the world size {world}")));
+    }
     let left = Leftovers::new(py);
-    for (r, (ep, send)) in eps.iter().zip(&sends).enumerate() {
-        let Some(buffer) = send else { continue };
-        match ep.get().tag_send_checked(py, buffer, mine, 0, true) {
+    if n == 0 && !barrier {
+        return Ok(Some(left.list));
+    }
+    let deadline = Instant::now() + Duration::from_micros(spin_us);
+    let tags = Tags::of(seq, me, world, 0)?;
+    let message = host_bytes(&src).to_vec();
+    for (r, ep) in eps.iter().enumerate() {
+        if r == me {
+            continue;
+        }
+        match ep.get().send_bytes_checked(py, message.clone(), tags.mine) {
             Ok(None) => {}
             Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
             Err(e) => left.failed("send_failed", r, e)?,
         }
     }
-    for (r, (ep, recv)) in eps.iter().zip(&recvs).enumerate() {
-        let Some(buffer) = recv else { continue };
-        match ep.get().tag_recv_checked(py, buffer, theirs[r], left_us(deadline), false) {
+    // This rank's own part: copied, not sent to itself.
+    if n > 0 {
+        // SAFETY: `dst` holds `n * world` writable bytes (checked above), `src` `n` readable
+        // ones, in different objects or the same memory (the copy allows overlap); both
+        // exports are held and no Python code runs meanwhile.
+        unsafe { std::ptr::copy(src.as_ptr(), dst.as_mut_ptr().add(me * n), n) };
+    }
+    drop(src);
+    for (r, ep) in eps.iter().enumerate() {
+        if r == me {
+            continue;
+        }
+        let part = PyBuf::writable(out)?.narrow(r * n, n);
+        let Some(part) = part else { continue };
+        match ep.get().recv_into_checked(py, part, tags.theirs[r], left_us(deadline)) {
             Ok(None) => {}
             Ok(Some(fut)) => left.push("recv", r, fut.into_bound(py))?,
             Err(e) => left.failed("recv_failed", r, e)?,
         }
     }
-    Ok(left.list)
+    drop(dst);
+    crate::buffer::release_deferred(py);
+    Ok(Some(left.list))
+}
+
+/// The tags of one collective operation's batch: this rank's, and each rank's by rank.
+struct Tags {
+    mine: u64,
+    theirs: Vec<u64>,
+}
+
+impl Tags {
+    fn of(seq: u32, me: usize, world: usize, batch: usize) -> PyResult<Tags> {
+        let mine = collective_tag::own(seq, me, batch).map_err(tag_error)?;
+        let theirs =
+            (0..world).map(|r| collective_tag::own(seq, r, batch)).collect::<Result<_, _>>().map_err(tag_error)?;
+        Ok(Tags { mine, theirs })
+    }
 }
 
 /// `alltoallv` of operation `seq` for rank `me` when every part for a peer rides in its
@@ -146,9 +195,7 @@ pub(crate) fn alltoallv_small<'py>(
         bufs.push(buf);
     }
     let deadline = Instant::now() + Duration::from_micros(spin_us);
-    let mine = collective_tag::own(seq, me, 0).map_err(tag_error)?;
-    let theirs: Vec<u64> =
-        (0..world).map(|r| collective_tag::own(seq, r, 0)).collect::<Result<_, _>>().map_err(tag_error)?;
+    let tags = Tags::of(seq, me, world, 0)?;
     let room_len = alltoallv::LEN + inline_max;
     if let Some(r) = rooms.iter().position(|room| room.len() != room_len) {
         return Err(PyValueError::new_err(format!("room {r} holds {} bytes, not {room_len}", rooms[r].len())));
@@ -164,7 +211,7 @@ pub(crate) fn alltoallv_small<'py>(
         let announce = Announce::new(part.len() as u64, 0).map_err(tag_error)?;
         let mut message = Vec::with_capacity(alltoallv::LEN + part.len());
         announce.encode_message(part, inline_max, &mut message);
-        match ep.get().send_bytes_checked(py, message, mine) {
+        match ep.get().send_bytes_checked(py, message, tags.mine) {
             Ok(None) => {}
             Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
             Err(e) => left.failed("send_failed", r, e)?,
@@ -179,7 +226,7 @@ pub(crate) fn alltoallv_small<'py>(
         if r == me {
             continue;
         }
-        let got = match ep.get().tag_recv_checked(py, rooms[r].as_any(), theirs[r], left_us(deadline), true) {
+        let got = match ep.get().tag_recv_checked(py, rooms[r].as_any(), tags.theirs[r], left_us(deadline), true) {
             Ok(got) => got.map(|g| g.into_bound(py)),
             Err(e) => {
                 left.failed("recv_failed", r, e)?;

@@ -16,11 +16,6 @@ from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
 
 _PATHS = ("auto", "direct", "buffered")
-# What ``_exchange`` sends first and receives in turn (larger messages: every receive is
-# posted before anything waits). Small enough that UCX sends it eagerly everywhere.
-_SMALL = 1024
-
-
 class Communicator:
     """One rank's view of an N-rank job; see the module doc. Make one with ``bootstrap`` or
     ``from_env``."""
@@ -34,6 +29,7 @@ class Communicator:
         self._pool = {}  # rank -> list of bounce buffers, made on first use
         self._native_eps = [ep._ep for ep in endpoints]  # for the small calls' native part
         self._rooms = None  # per rank: where a small alltoallv's announcement lands
+        self._nothing = bytearray(0)  # a barrier's gather
         self._transports = None
 
     def set_data_path(self, path, batch=None, depth=None):
@@ -131,14 +127,6 @@ class Communicator:
         """Sends ``sends[r]`` to and receives ``recvs[r]`` from every rank ``r`` with an entry
         (``None``: nothing), all posted before anything waits (``Posted``)."""
         me, tag = self._rank, _native.collective_own_tag
-        if all(b is None or len(b) <= _SMALL for b in sends):
-            # Small messages (a barrier's, a few bytes gathered): sent first (eager, they
-            # finish there), then each received in turn with the inline spin, in one native
-            # call, as alltoallv's small parts are.
-            left = _native.exchange_small(self._native_eps, me, seq, batch, sends, recvs, inline_spin_us())
-            if left:
-                await self._finish_small(seq, left, None)
-            return
         posted = Posted()
         for r, b in enumerate(recvs):
             if b is not None:
@@ -150,12 +138,23 @@ class Communicator:
 
     async def barrier(self):
         """Returns once every rank has called ``barrier``."""
-        empty = [bytearray(0) for _ in range(self.size)]
-        await self._exchange(self._next_seq(), 0, [b""] * self.size, empty)
+        # An empty message to and from every other rank, in one native call.
+        seq = self._next_seq()
+        left = _native.gather_small(self._native_eps, self._rank, seq, b"", self._nothing, inline_spin_us(), True)
+        if left:
+            await self._finish_small(seq, left, None)
 
     async def allgather(self, mine, out):
         """Gathers every rank's ``mine`` (the same length everywhere) into ``out`` (writable,
         ``size * len(mine)`` bytes), rank by rank."""
+        # Up to 1 KiB: sent first (eager, they finish at once), then each rank's received in
+        # turn with the inline spin, in one native call (``small_collective``).
+        left = _native.gather_small(self._native_eps, self._rank, self._seq, mine, out, inline_spin_us(), False)
+        if left is not None:
+            seq = self._next_seq()
+            if left:
+                await self._finish_small(seq, left, None)
+            return
         mine = memoryview(mine).cast("B")
         out = memoryview(out).cast("B")
         n = len(mine)
