@@ -203,6 +203,10 @@ async def huge_announcement(c):
             return getattr(honest, name)
 
         @staticmethod
+        def alltoallv_small(*args):
+            return None  # the native call announces honestly: the general path lies
+
+        @staticmethod
         def alltoallv_announce(length, batch, world):
             if length == 1000:  # the part for rank 0
                 return honest.alltoallv_announce(1 << 50, 0, world)[0], False

@@ -156,14 +156,17 @@ impl Tags {
     }
 }
 
-/// `alltoallv` of operation `seq` for rank `me` when every part for a peer rides in its
-/// announcement: sends every announcement, copies `parts[me]` into `out[me]`, then takes each
-/// peer's announcement in turn into `rooms[r]` (a bytearray of the announcement room), its
-/// part into `out[r]`, the worker spinning for up to `spin_us` in all. `out` becomes a list of
-/// one bytearray per rank (kept where it already holds one: its memory is reused). Returns the
-/// leftovers (see the module doc; empty: all done), or `None`, having done nothing, where the
-/// call is not that small (a peer's part too large to ride inline, or not host memory): the
-/// caller then takes its general path.
+/// `alltoallv` of operation `seq` for rank `me` whose parts go inline or direct: sends every
+/// announcement (a part of up to `inline_max(world)` bytes inside it; with `direct`, a larger
+/// part as one message from its own memory right behind it), copies `parts[me]` into
+/// `out[me]`, then takes each peer's announcement in turn into `rooms[r]` (a bytearray of the
+/// announcement room), an inline part into `out[r]`, the worker spinning for up to `spin_us`
+/// in all. `out` becomes a list of one bytearray per rank (kept where it already holds one:
+/// its memory is reused). Returns the leftovers (see the module doc; empty: all done); a
+/// part that follows its announcement is one, for Python to receive. Returns `None`, having
+/// done nothing, where a peer's part is larger than the inline maximum and not `direct` (the
+/// caller's promise that no part goes through the bounce pool), or a part is not host memory:
+/// the caller then takes its general path.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn alltoallv_small<'py>(
@@ -175,6 +178,7 @@ pub(crate) fn alltoallv_small<'py>(
     out: &Bound<'py, PyList>,
     rooms: Vec<Bound<'py, PyByteArray>>,
     spin_us: u64,
+    direct: bool,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let world = eps.len();
     if parts.len() != world || rooms.len() != world || me >= world {
@@ -189,7 +193,7 @@ pub(crate) fn alltoallv_small<'py>(
     for (r, p) in parts.iter().enumerate() {
         // What the general path would refuse or treat otherwise is left to it, untouched.
         let Ok(buf) = PyBuf::readable(p) else { return Ok(None) };
-        if buf.memory_type() != MemoryType::Host || (r != me && buf.byte_len() > inline_max) {
+        if buf.memory_type() != MemoryType::Host || (r != me && !direct && buf.byte_len() > inline_max) {
             return Ok(None);
         }
         bufs.push(buf);
@@ -209,9 +213,27 @@ pub(crate) fn alltoallv_small<'py>(
         }
         let part = host_bytes(&bufs[r]);
         let announce = Announce::new(part.len() as u64, 0).map_err(tag_error)?;
-        let mut message = Vec::with_capacity(alltoallv::LEN + part.len());
+        let inline = if announce.is_inline(inline_max) { part.len() } else { 0 };
+        let mut message = Vec::with_capacity(alltoallv::LEN + inline);
         announce.encode_message(part, inline_max, &mut message);
-        match ep.get().send_bytes_checked(py, message, tags.mine) {
+        let sent = match ep.get().send_bytes_checked(py, message, tags.mine) {
+            Ok(None) => true,
+            Ok(Some(fut)) => {
+                left.push("send", r, fut.into_bound(py))?;
+                true
+            }
+            Err(e) => {
+                left.failed("send_failed", r, e)?;
+                false
+            }
+        };
+        if !sent || announce.is_inline(inline_max) || announce.messages() == 0 {
+            continue;
+        }
+        // A direct part: one message (batch 0) from the caller's memory, right behind.
+        debug_assert_eq!(announce.messages(), 1);
+        let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(tag_error)?;
+        match ep.get().tag_send_checked(py, &parts[r], tag, 0, false) {
             Ok(None) => {}
             Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
             Err(e) => left.failed("send_failed", r, e)?,

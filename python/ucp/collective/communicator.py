@@ -31,6 +31,7 @@ class Communicator:
         self._rooms = None  # per rank: where a small alltoallv's announcement lands
         self._nothing = bytearray(0)  # a barrier's gather
         self._transports = None
+        self._direct = None  # whether no part goes through the bounce pool (_always_direct)
 
     def set_data_path(self, path, batch=None, depth=None):
         """How this rank sends ``alltoallv`` parts: ``"auto"`` (the default), ``"direct"`` or
@@ -45,6 +46,7 @@ class Communicator:
         if (batch, depth) != (self._batch, self._depth):
             self._pool.clear()
         self._path, self._batch, self._depth = path, batch, depth
+        self._direct = None
 
     @property
     def rank(self):
@@ -182,14 +184,18 @@ class Communicator:
             raise ValueError(f"{len(parts)} parts for {size} ranks")
         me = self._rank
         if self._path != "buffered":
-            # Every outgoing part rides in its announcement: one native call sends them all
-            # (eager, they finish there), copies the own part, then takes each peer's
-            # announcement in turn with the inline spin (``small_collective``). Two ranks'
-            # 1 KiB call: 32 us when each step was a Python call, 19-20 in Python's fewest
-            # steps, X natively (examples/python/alltoall.py).
+            # One native call (``small_collective``) sends every announcement, a part that
+            # rides in it inline and, where no part can go through the bounce pool, a larger
+            # one as one message behind it, copies the own part, then takes each peer's
+            # announcement in turn with the inline spin; a part that follows its announcement
+            # is received here (``_finish_small``). Two ranks' 1 KiB call: 32 us when each
+            # step was a Python call, 19-20 in Python's fewest steps, 3.3-3.9 natively
+            # (examples/python/alltoall.py).
             if self._rooms is None:
                 self._rooms = [bytearray(_native.alltoallv_announce_room(size)) for _ in range(size)]
-            left = _native.alltoallv_small(self._native_eps, me, self._seq, parts, out, self._rooms, inline_spin_us())
+            left = _native.alltoallv_small(
+                self._native_eps, me, self._seq, parts, out, self._rooms, inline_spin_us(), self._always_direct()
+            )
             if left is not None:
                 seq = self._next_seq()
                 if left:
@@ -407,6 +413,18 @@ class Communicator:
         if failure is not None:
             raise failure
         return out
+
+    def _always_direct(self):
+        """Whether no part of any size goes through the bounce pool: the ``direct`` path, or
+        ``auto`` where no peer's transports would choose it (``_batch_for``)."""
+        if self._direct is None:
+            if self._path == "auto" and self._transports is None:
+                self._transports = [ep._ep.transports() for ep in self._eps]
+            self._direct = self._path == "direct" or (
+                self._path == "auto"
+                and not any(_native.alltoallv_auto_buffered(t, 1 << 62) for r, t in enumerate(self._transports) if r != self._rank)
+            )
+        return self._direct
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
