@@ -25,7 +25,7 @@
 //!   prefix, user tags, multi-frame header) from ucx-core, for `python/ucp`.
 //! - Leaves: [`host_pool`] (`HostPool`, receive buffers from memory already backed),
 //!   [`collective`] and [`multirail`] (their wire bytes for `ucp.collective` and
-//!   `ucp.multirail`), [`small_collective`] (`ucp.collective`'s small calls in one native
+//!   `ucp.multirail`), [`collective_call`] (`ucp.collective`'s calls in one native
 //!   call), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
 //!
 //! Everything Python-facing beyond these primitives (the handshake's flow, the close
@@ -35,6 +35,7 @@
 mod am;
 mod buffer;
 mod collective;
+mod collective_call;
 mod context;
 mod cuda_stream;
 mod endpoint;
@@ -47,7 +48,6 @@ mod multirail;
 mod outcome;
 mod request;
 mod rma;
-mod small_collective;
 mod submit;
 mod sync;
 mod target;
@@ -92,8 +92,8 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_messages, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_auto_buffered, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;
-    m.add_function(wrap_pyfunction!(small_collective::gather_small, m)?)?;
-    m.add_function(wrap_pyfunction!(small_collective::alltoallv_small, m)?)?;
+    m.add_function(wrap_pyfunction!(collective_call::collective_allgather, m)?)?;
+    m.add_function(wrap_pyfunction!(collective_call::collective_alltoallv, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;

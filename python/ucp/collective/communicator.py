@@ -142,7 +142,7 @@ class Communicator:
         """Returns once every rank has called ``barrier``."""
         # An empty message to and from every other rank, in one native call.
         seq = self._next_seq()
-        left = _native.gather_small(self._native_eps, self._rank, seq, b"", self._nothing, inline_spin_us(), True)
+        left = _native.collective_allgather(self._native_eps, self._rank, seq, b"", self._nothing, inline_spin_us(), True)
         if left:
             await self._finish_small(seq, left, None)
 
@@ -150,8 +150,8 @@ class Communicator:
         """Gathers every rank's ``mine`` (the same length everywhere) into ``out`` (writable,
         ``size * len(mine)`` bytes), rank by rank."""
         # Up to 1 KiB: sent first (eager, they finish at once), then each rank's received in
-        # turn with the inline spin, in one native call (``small_collective``).
-        left = _native.gather_small(self._native_eps, self._rank, self._seq, mine, out, inline_spin_us(), False)
+        # turn with the inline spin, in one native call (``collective_call``).
+        left = _native.collective_allgather(self._native_eps, self._rank, self._seq, mine, out, inline_spin_us(), False)
         if left is not None:
             seq = self._next_seq()
             if left:
@@ -184,7 +184,7 @@ class Communicator:
             raise ValueError(f"{len(parts)} parts for {size} ranks")
         me = self._rank
         if self._path != "buffered":
-            # One native call (``small_collective``) sends every announcement, a part that
+            # One native call (``collective_call``) sends every announcement, a part that
             # rides in it inline and, where no part can go through the bounce pool, a larger
             # one as one message behind it, copies the own part, then takes each peer's
             # announcement in turn with the inline spin; a part that follows its announcement
@@ -193,7 +193,7 @@ class Communicator:
             # (examples/python/alltoall.py).
             if self._rooms is None:
                 self._rooms = [bytearray(_native.alltoallv_announce_room(size)) for _ in range(size)]
-            left = _native.alltoallv_small(
+            left = _native.collective_alltoallv(
                 self._native_eps, me, self._seq, parts, out, self._rooms, inline_spin_us(), self._always_direct()
             )
             if left is not None:
@@ -280,7 +280,7 @@ class Communicator:
 
     async def _finish_small(self, seq, left, out):
         """Settles what a small call's native part left in flight or failed (its leftovers:
-        ``small_collective``'s module doc), as any call settles: every peer's operations end
+        ``collective_call``'s module doc), as any call settles: every peer's operations end
         before the call returns, then the first failure is raised. ``out``: alltoallv's output
         list, for the parts of announcements still to come."""
         posted = Posted()

@@ -1,14 +1,15 @@
-//! `ucp.collective`'s small calls in one crossing into native code: a barrier, an allgather of
-//! at most a few bytes, and an `alltoallv` whose outgoing parts all ride in their
-//! announcements. Every send is posted (eager: they finish here), then each peer's message is
-//! taken in turn while the worker spins for the caller's budget. The order of the steps is
-//! Python's (`Communicator._exchange`, `alltoallv_into`); what is done here is only the steps
-//! that finish at once. Whatever is still in flight when the budget runs out, and whatever
-//! failed, goes back to Python as leftovers, which the communicator settles as it settles any
-//! call (`Posted`): one rule for failures and cancellation, in Python.
+//! `ucp.collective`'s calls in one crossing into native code where they can be: a barrier,
+//! an allgather of up to 1 KiB, and an `alltoallv` whose parts ride in their announcements or
+//! go direct (one message from the caller's memory). Every send is posted (announcements are
+//! eager: they finish here), then each peer's message is taken in turn while the worker spins
+//! for the caller's budget. Whatever is still in flight when the budget runs out, whatever
+//! failed, and a part that follows its announcement go back to Python as leftovers, which the
+//! communicator settles as it settles any call (`Communicator._finish_small`, `Posted`): one
+//! home for failures, cancellation and the receive of a large part, in Python.
 //!
 //! Why native: each Python step of such a call (a send, a receive, a decode, a copy) cost 1
-//! to 3 µs, several times what UCX takes to move the bytes over shared memory.
+//! to 3 µs, several times what UCX takes to move a small message over shared memory (two
+//! ranks' 1 KiB alltoallv: 19–20 µs as Python steps, 3.3–3.9 µs here).
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
@@ -59,10 +60,10 @@ fn tag_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// The largest message a small gather sends ([`gather_small`]; larger ones go through
+/// The largest message a small gather sends ([`collective_allgather`]; larger ones go through
 /// Python's general path, where every receive is posted before anything waits): UCX sends it
 /// eagerly everywhere, so the sends finish at once.
-pub(crate) const SMALL_GATHER_MAX: usize = 1024;
+pub(crate) const SMALL_ALLGATHER_MAX: usize = 1024;
 
 /// `allgather` of operation `seq` for rank `me`: `mine` to every other rank, then each rank's
 /// into its `len(mine)` bytes of `out` in turn (this rank's own copied there), the worker
@@ -70,10 +71,10 @@ pub(crate) const SMALL_GATHER_MAX: usize = 1024;
 /// empty messages are the barrier; otherwise an empty `mine` sends nothing (as ucx-async's
 /// `allgather`). Raises `ValueError` if `out` is not `world * len(mine)` bytes. Returns the
 /// leftovers (see the module doc; empty: all done), or `None`, having done nothing, where
-/// `mine` is larger than [`SMALL_GATHER_MAX`] or either is not host memory.
+/// `mine` is larger than [`SMALL_ALLGATHER_MAX`] or either is not host memory.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gather_small<'py>(
+pub(crate) fn collective_allgather<'py>(
     py: Python<'py>,
     eps: Vec<Bound<'py, Endpoint>>,
     me: usize,
@@ -86,7 +87,7 @@ pub(crate) fn gather_small<'py>(
     let world = eps.len();
     let (Ok(src), Ok(mut dst)) = (PyBuf::readable(mine), PyBuf::writable(out)) else { return Ok(None) };
     let n = src.byte_len();
-    if src.memory_type() != MemoryType::Host || dst.memory_type() != MemoryType::Host || n > SMALL_GATHER_MAX {
+    if src.memory_type() != MemoryType::Host || dst.memory_type() != MemoryType::Host || n > SMALL_ALLGATHER_MAX {
         return Ok(None);
     }
     if dst.len() != n * world {
@@ -169,7 +170,7 @@ impl Tags {
 /// the caller then takes its general path.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn alltoallv_small<'py>(
+pub(crate) fn collective_alltoallv<'py>(
     py: Python<'py>,
     eps: Vec<Bound<'py, Endpoint>>,
     me: usize,
