@@ -10,6 +10,7 @@
 //! Why native: each Python step of such a call (a send, a receive, a decode, a copy) cost 1
 //! to 3 µs, several times what UCX takes to move a small message over shared memory (two
 //! ranks' 1 KiB alltoallv: 19–20 µs as Python steps, 3.3–3.9 µs here).
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
@@ -21,6 +22,7 @@ use ucx_core::{MemoryType, RecvBuffer, SendBuffer};
 
 use crate::buffer::PyBuf;
 use crate::endpoint::Endpoint;
+use crate::engine::Engine;
 
 /// Leftovers, as `(kind, rank, value)` tuples. Kinds:
 /// - `"send"`: a send still in flight (value: its future);
@@ -32,11 +34,13 @@ use crate::endpoint::Endpoint;
 /// - `"send_failed"`, `"recv_failed"`: the exception.
 struct Leftovers<'py> {
     list: Bound<'py, PyList>,
+    /// Sends still in flight, by rank: kept apart until [`Leftovers::finish`].
+    sends: Vec<(usize, Bound<'py, PyAny>)>,
 }
 
 impl<'py> Leftovers<'py> {
     fn new(py: Python<'py>) -> Leftovers<'py> {
-        Leftovers { list: PyList::empty(py) }
+        Leftovers { list: PyList::empty(py), sends: Vec::new() }
     }
 
     fn push(&self, kind: &'static str, rank: usize, value: Bound<'py, PyAny>) -> PyResult<()> {
@@ -48,6 +52,47 @@ impl<'py> Leftovers<'py> {
     fn failed(&self, kind: &'static str, rank: usize, e: PyErr) -> PyResult<()> {
         let py = self.list.py();
         self.push(kind, rank, e.into_value(py).into_bound(py).into_any())
+    }
+
+    /// Keeps a send that is still in flight.
+    fn send(&mut self, rank: usize, fut: Py<PyAny>) {
+        let py = self.list.py();
+        self.sends.push((rank, fut.into_bound(py)));
+    }
+
+    /// The leftovers. Where only sends are left (an eager message of several fragments, or a
+    /// direct part the peer is still reading), the worker spins for what is left of the
+    /// budget until they are done, and those that succeeded are dropped: handing them to
+    /// Python would cost the call a settle through its event loop. Otherwise they go to
+    /// Python at once, where what else is left must be posted without delay.
+    fn finish(mut self, engine: &Arc<Engine>, deadline: Instant) -> PyResult<Bound<'py, PyList>> {
+        let py = self.list.py();
+        if self.list.is_empty() && !self.sends.is_empty() {
+            loop {
+                let mut all_done = true;
+                for (_, fut) in &self.sends {
+                    all_done &= fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()?;
+                }
+                let left = left_us(deadline);
+                if all_done || left == 0 {
+                    break;
+                }
+                let spin = py.allow_threads(|| engine.spin_until(left, || engine.has_news()));
+                engine.drain(py);
+                if spin.disarmed {
+                    engine.needs_progress(py);
+                }
+            }
+        }
+        for (rank, fut) in std::mem::take(&mut self.sends) {
+            let ok = fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()?
+                && !fut.call_method0(pyo3::intern!(py, "cancelled"))?.is_truthy()?
+                && fut.call_method0(pyo3::intern!(py, "exception"))?.is_none();
+            if !ok {
+                self.push("send", rank, fut)?;
+            }
+        }
+        Ok(self.list)
     }
 }
 
@@ -100,7 +145,7 @@ pub(crate) fn collective_allgather<'py>(
     if me >= world {
         return Err(PyValueError::new_err(format!("rank {me} is not below the world size {world}")));
     }
-    let left = Leftovers::new(py);
+    let mut left = Leftovers::new(py);
     if n == 0 && !barrier {
         return Ok(Some(left.list));
     }
@@ -113,7 +158,7 @@ pub(crate) fn collective_allgather<'py>(
         }
         match ep.get().send_bytes_checked(py, message.clone(), tags.mine) {
             Ok(None) => {}
-            Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
+            Ok(Some(fut)) => left.send(r, fut),
             Err(e) => left.failed("send_failed", r, e)?,
         }
     }
@@ -139,7 +184,7 @@ pub(crate) fn collective_allgather<'py>(
     }
     drop(dst);
     crate::buffer::release_deferred(py);
-    Ok(Some(left.list))
+    Ok(Some(left.finish(&eps[me].get().engine, deadline)?))
 }
 
 /// The tags of one collective operation's batch: this rank's, and each rank's by rank.
@@ -207,7 +252,7 @@ pub(crate) fn collective_alltoallv<'py>(
     }
     let targets = bytearrays(py, out, world)?;
 
-    let left = Leftovers::new(py);
+    let mut left = Leftovers::new(py);
     for (r, ep) in eps.iter().enumerate() {
         if r == me {
             continue;
@@ -220,7 +265,7 @@ pub(crate) fn collective_alltoallv<'py>(
         let sent = match ep.get().send_bytes_checked(py, message, tags.mine) {
             Ok(None) => true,
             Ok(Some(fut)) => {
-                left.push("send", r, fut.into_bound(py))?;
+                left.send(r, fut);
                 true
             }
             Err(e) => {
@@ -236,7 +281,7 @@ pub(crate) fn collective_alltoallv<'py>(
         let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(tag_error)?;
         match ep.get().tag_send_checked(py, &parts[r], tag, 0, false) {
             Ok(None) => {}
-            Ok(Some(fut)) => left.push("send", r, fut.into_bound(py))?,
+            Ok(Some(fut)) => left.send(r, fut),
             Err(e) => left.failed("send_failed", r, e)?,
         }
     }
@@ -277,7 +322,7 @@ pub(crate) fn collective_alltoallv<'py>(
             Ok(_) => left.push("announced", r, got)?,
         }
     }
-    Ok(Some(left.list))
+    Ok(Some(left.finish(&eps[me].get().engine, deadline)?))
 }
 
 /// The bytes of a host buffer.
