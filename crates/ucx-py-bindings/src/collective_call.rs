@@ -23,6 +23,7 @@ use ucx_core::{MemoryType, RecvBuffer, SendBuffer};
 use crate::buffer::PyBuf;
 use crate::endpoint::Endpoint;
 use crate::engine::Engine;
+use crate::submit;
 
 /// Leftovers, as `(kind, rank, value)` tuples. Kinds:
 /// - `"send"`: a send still in flight (value: its future);
@@ -34,13 +35,16 @@ use crate::engine::Engine;
 /// - `"send_failed"`, `"recv_failed"`: the exception.
 struct Leftovers<'py> {
     list: Bound<'py, PyList>,
-    /// Sends still in flight, by rank: kept apart until [`Leftovers::finish`].
-    sends: Vec<(usize, Bound<'py, PyAny>)>,
+    /// Operations still in flight: kind (`"send"` or `"recv"`), rank, future; kept apart
+    /// until [`Leftovers::finish`].
+    in_flight: Vec<(&'static str, usize, Bound<'py, PyAny>)>,
+    /// The bytes those operations move, for the last spin's budget.
+    in_flight_bytes: usize,
 }
 
 impl<'py> Leftovers<'py> {
     fn new(py: Python<'py>) -> Leftovers<'py> {
-        Leftovers { list: PyList::empty(py), sends: Vec::new() }
+        Leftovers { list: PyList::empty(py), in_flight: Vec::new(), in_flight_bytes: 0 }
     }
 
     fn push(&self, kind: &'static str, rank: usize, value: Bound<'py, PyAny>) -> PyResult<()> {
@@ -54,23 +58,41 @@ impl<'py> Leftovers<'py> {
         self.push(kind, rank, e.into_value(py).into_bound(py).into_any())
     }
 
-    /// Keeps a send that is still in flight.
-    fn send(&mut self, rank: usize, fut: Py<PyAny>) {
-        let py = self.list.py();
-        self.sends.push((rank, fut.into_bound(py)));
+    /// What became of a send (`kind` `"send"`) or an exact receive (`"recv"`) of `nbytes`
+    /// posted to or from `rank`: nothing to keep if it finished at once.
+    fn posted(
+        &mut self,
+        kind: &'static str,
+        rank: usize,
+        nbytes: usize,
+        posted: PyResult<Option<Py<PyAny>>>,
+    ) -> PyResult<()> {
+        match posted {
+            Ok(None) => Ok(()),
+            Ok(Some(fut)) => {
+                let py = self.list.py();
+                self.in_flight.push((kind, rank, fut.into_bound(py)));
+                self.in_flight_bytes += nbytes;
+                Ok(())
+            }
+            Err(e) => self.failed(if kind == "send" { "send_failed" } else { "recv_failed" }, rank, e),
+        }
     }
 
-    /// The leftovers. Where only sends are left (an eager message of several fragments, or a
-    /// direct part the peer is still reading), the worker spins for what is left of the
-    /// budget until they are done, and those that succeeded are dropped: handing them to
-    /// Python would cost the call a settle through its event loop. Otherwise they go to
-    /// Python at once, where what else is left must be posted without delay.
-    fn finish(mut self, engine: &Arc<Engine>, deadline: Instant) -> PyResult<Bound<'py, PyList>> {
+    /// The leftovers. Where only operations in flight are left (eager messages of several
+    /// fragments, direct parts being read), the worker spins until they are done, for up to
+    /// `spin_us` grown with the bytes they move (`ucx_core::spin_budget`), and those that
+    /// succeeded are dropped: handing them to Python would cost the call a settle through its
+    /// event loop. Otherwise they go to Python at once, where what else is left must be
+    /// posted without delay.
+    fn finish(mut self, engine: &Arc<Engine>, spin_us: u64) -> PyResult<Bound<'py, PyList>> {
         let py = self.list.py();
-        if self.list.is_empty() && !self.sends.is_empty() {
+        if self.list.is_empty() && !self.in_flight.is_empty() && spin_us > 0 {
+            let budget = submit::spin_budget_for(spin_us, self.in_flight_bytes, MemoryType::Host);
+            let deadline = Instant::now() + Duration::from_micros(budget);
             loop {
                 let mut all_done = true;
-                for (_, fut) in &self.sends {
+                for (_, _, fut) in &self.in_flight {
                     all_done &= fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()?;
                 }
                 let left = left_us(deadline);
@@ -84,12 +106,12 @@ impl<'py> Leftovers<'py> {
                 }
             }
         }
-        for (rank, fut) in std::mem::take(&mut self.sends) {
+        for (kind, rank, fut) in std::mem::take(&mut self.in_flight) {
             let ok = fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()?
                 && !fut.call_method0(pyo3::intern!(py, "cancelled"))?.is_truthy()?
                 && fut.call_method0(pyo3::intern!(py, "exception"))?.is_none();
             if !ok {
-                self.push("send", rank, fut)?;
+                self.push(kind, rank, fut)?;
             }
         }
         Ok(self.list)
@@ -156,11 +178,7 @@ pub(crate) fn collective_allgather<'py>(
         if r == me {
             continue;
         }
-        match ep.get().send_bytes_checked(py, message.clone(), tags.mine) {
-            Ok(None) => {}
-            Ok(Some(fut)) => left.send(r, fut),
-            Err(e) => left.failed("send_failed", r, e)?,
-        }
+        left.posted("send", r, n, ep.get().send_bytes_checked(py, message.clone(), tags.mine))?;
     }
     // This rank's own part: copied, not sent to itself.
     if n > 0 {
@@ -176,15 +194,11 @@ pub(crate) fn collective_allgather<'py>(
         }
         let part = PyBuf::writable(out)?.narrow(r * n, n);
         let Some(part) = part else { continue };
-        match ep.get().recv_into_checked(py, part, tags.theirs[r], left_us(deadline)) {
-            Ok(None) => {}
-            Ok(Some(fut)) => left.push("recv", r, fut.into_bound(py))?,
-            Err(e) => left.failed("recv_failed", r, e)?,
-        }
+        left.posted("recv", r, n, ep.get().recv_into_checked(py, part, tags.theirs[r], left_us(deadline)))?;
     }
     drop(dst);
     crate::buffer::release_deferred(py);
-    Ok(Some(left.finish(&eps[me].get().engine, deadline)?))
+    Ok(Some(left.finish(&eps[me].get().engine, spin_us)?))
 }
 
 /// The tags of one collective operation's batch: this rank's, and each rank's by rank.
@@ -244,7 +258,6 @@ pub(crate) fn collective_alltoallv<'py>(
         }
         bufs.push(buf);
     }
-    let deadline = Instant::now() + Duration::from_micros(spin_us);
     let tags = Tags::of(seq, me, world, 0)?;
     let room_len = alltoallv::LEN + inline_max;
     if let Some(r) = rooms.iter().position(|room| room.len() != room_len) {
@@ -262,34 +275,25 @@ pub(crate) fn collective_alltoallv<'py>(
         let inline = if announce.is_inline(inline_max) { part.len() } else { 0 };
         let mut message = Vec::with_capacity(alltoallv::LEN + inline);
         announce.encode_message(part, inline_max, &mut message);
-        let sent = match ep.get().send_bytes_checked(py, message, tags.mine) {
-            Ok(None) => true,
-            Ok(Some(fut)) => {
-                left.send(r, fut);
-                true
-            }
-            Err(e) => {
-                left.failed("send_failed", r, e)?;
-                false
-            }
-        };
-        if !sent || announce.is_inline(inline_max) || announce.messages() == 0 {
+        let sent = ep.get().send_bytes_checked(py, message, tags.mine);
+        let failed = sent.is_err();
+        left.posted("send", r, alltoallv::LEN + inline, sent)?;
+        if failed || announce.is_inline(inline_max) || announce.messages() == 0 {
             continue;
         }
         // A direct part: one message (batch 0) from the caller's memory, right behind.
         debug_assert_eq!(announce.messages(), 1);
         let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(tag_error)?;
-        match ep.get().tag_send_checked(py, &parts[r], tag, 0, false) {
-            Ok(None) => {}
-            Ok(Some(fut)) => left.send(r, fut),
-            Err(e) => left.failed("send_failed", r, e)?,
-        }
+        left.posted("send", r, part.len(), ep.get().tag_send_checked(py, &parts[r], tag, 0, false))?;
     }
     if let Err(e) = fill(&targets[me], host_bytes(&bufs[me])) {
         left.failed("recv_failed", me, e)?;
     }
     drop(bufs);
     crate::buffer::release_deferred(py);
+    // The budget is for waiting on the peers: it starts after the own part's copy, which
+    // for a 4 MiB part alone outlasts it.
+    let deadline = Instant::now() + Duration::from_micros(spin_us);
     for (r, ep) in eps.iter().enumerate() {
         if r == me {
             continue;
@@ -319,10 +323,18 @@ pub(crate) fn collective_alltoallv<'py>(
                     left.failed("recv_failed", r, e)?;
                 }
             }
+            // A direct part (one message) into `out[r]`; a part in batches, or one there is
+            // no room for, is Python's to receive (`Communicator._take_announcement`).
+            Ok((a, _)) if a.batch == 0 && targets[r].resize(a.len as usize).is_ok() => {
+                let tag = collective_tag::own(seq, r, Announce::tag_batch(0)).map_err(tag_error)?;
+                let into = PyBuf::writable(targets[r].as_any());
+                let posted = into.and_then(|into| ep.get().recv_into_checked(py, into, tag, 0));
+                left.posted("recv", r, a.len as usize, posted)?;
+            }
             Ok(_) => left.push("announced", r, got)?,
         }
     }
-    Ok(Some(left.finish(&eps[me].get().engine, deadline)?))
+    Ok(Some(left.finish(&eps[me].get().engine, spin_us)?))
 }
 
 /// The bytes of a host buffer.
