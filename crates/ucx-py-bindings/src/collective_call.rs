@@ -223,13 +223,14 @@ impl Tags {
 /// announcement (a part of up to `inline_max(world)` bytes inside it; with `direct`, a larger
 /// part as one message from its own memory right behind it), copies `parts[me]` into
 /// `out[me]`, then takes each peer's announcement in turn into `rooms[r]` (a bytearray of the
-/// announcement room), an inline part into `out[r]`, the worker spinning for up to `spin_us`
-/// in all. `out` becomes a list of one bytearray per rank (kept where it already holds one:
-/// its memory is reused). Returns the leftovers (see the module doc; empty: all done); a
-/// part that follows its announcement is one, for Python to receive. Returns `None`, having
-/// done nothing, where a peer's part is larger than the inline maximum and not `direct` (the
-/// caller's promise that no part goes through the bounce pool), or a part is not host memory:
-/// the caller then takes its general path.
+/// announcement room): an inline part is copied into `out[r]`, a direct one received into it
+/// (resized first); the worker spins for up to `spin_us` for the announcements (after the
+/// own copy), then until what was posted is done. `out` becomes a list of one bytearray per
+/// rank (kept where it already holds one: its memory is reused). Returns the leftovers (see
+/// the module doc; empty: all done). Returns `None`, having done nothing, where a peer's part
+/// is larger than the inline maximum and not `direct` (the caller's promise that no part goes
+/// through the bounce pool), or a part is not host memory: the caller then takes its general
+/// path.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn collective_alltoallv<'py>(
