@@ -237,7 +237,6 @@ class Communicator:
                 recvs.append((r, incoming, self._eps[r]._post_recv_up_to(incoming, tag(seq, r, 0), 0)))
             except Exception as e:
                 posted.failures.append(e)
-        waited = 0  # how many of `recvs` were (or are being) waited for
         try:
             for r in peers:
                 message, inline = announce[r]
@@ -255,26 +254,18 @@ class Communicator:
             # leaves the process. The rest are then waited for in turn.
             if recvs:
                 spin_until_done(self._eps[me]._worker, [got for _, _, got in recvs if not isinstance(got, int)])
-            own_copied = False
-            for k, (r, incoming, got) in enumerate(recvs):
-                if not own_copied and not isinstance(got, int) and not got.done():
-                    _copy_own(out, parts, me)
-                    own_copied = True
-                waited = k + 1
-                try:
-                    n = await self._eps[r]._recv_up_to_done(got)
-                except Exception as e:
-                    posted.failures.append(e)
-                    continue
-                self._take_announcement(seq, r, incoming, n, out, posted)
+        except BaseException:
+            self._abandon(posted, recvs)
+            raise
+        own_copied = []
+
+        def copy_own():
             if not own_copied:
                 _copy_own(out, parts, me)
-        except BaseException:
-            # Cancelled (or worse) while waiting: nothing of this call may outlive it.
-            posted.cancel()
-            for r, _, got in recvs[waited:]:
-                self._eps[r]._abandon_recv(got)
-            raise
+                own_copied.append(True)
+
+        await self._take_in_turn(seq, recvs, out, posted, before_wait=copy_own)
+        copy_own()
         # Every peer's operations settle before the call returns, even when one peer's fail:
         # the healthy peers' parts arrive whole, and nothing is left running behind the call.
         await posted.settle()
@@ -285,7 +276,7 @@ class Communicator:
         before the call returns, then the first failure is raised. ``out``: alltoallv's output
         list, for the parts of announcements still to come."""
         posted = Posted()
-        announcing = []  # (rank, future): announcements still on their way, taken in turn
+        announcing = []  # (rank, room, future): announcements still on their way
         for kind, r, x in left:
             ep = self._eps[r]
             if kind == "send":
@@ -293,30 +284,46 @@ class Communicator:
             elif kind == "recv":
                 posted.adopt(ep, x, True)
             elif kind == "announcing":
-                announcing.append((r, x))
+                announcing.append((r, self._rooms[r], x))
             elif kind == "announced":
                 self._take_announcement(seq, r, self._rooms[r], x, out, posted)
             elif kind == "recv_failed" or ep._send_failure(x) is not None:
                 posted.failures.append(x)
-        waited = 0
         try:
-            for k, (r, fut) in enumerate(announcing):
+            await self._take_in_turn(seq, announcing, out, posted)
+        except BaseException:
+            self._rooms = None  # a room UCX may still write is not reused
+            raise
+        await posted.settle()
+
+    async def _take_in_turn(self, seq, pending, out, posted, before_wait=None):
+        """Takes each announcement of ``pending`` (rank, the buffer it lands in, its length or
+        its receive's future) in turn (``_take_announcement``), calling ``before_wait()`` first
+        whenever one is still to come. Cancelled (or worse) while waiting, it cancels what
+        ``posted`` holds and lets go of the receives not waited for yet: nothing of the call
+        outlives it."""
+        waited = 0  # how many of `pending` were (or are being) waited for
+        try:
+            for k, (r, incoming, got) in enumerate(pending):
+                if before_wait is not None and not isinstance(got, int) and not got.done():
+                    before_wait()
                 waited = k + 1
                 try:
-                    n = await self._eps[r]._recv_up_to_done(fut)
+                    n = await self._eps[r]._recv_up_to_done(got)
                 except Exception as e:
                     posted.failures.append(e)
                     continue
-                self._take_announcement(seq, r, self._rooms[r], n, out, posted)
+                self._take_announcement(seq, r, incoming, n, out, posted)
         except BaseException:
-            # Cancelled while waiting: nothing of this call may outlive it, and a room UCX may
-            # still write is not reused.
-            posted.cancel()
-            for r, fut in announcing[waited:]:
-                self._eps[r]._abandon_recv(fut)
-            self._rooms = None
+            self._abandon(posted, pending[waited:])
             raise
-        await posted.settle()
+
+    def _abandon(self, posted, pending):
+        """Cancels what ``posted`` holds and lets go of the announcement receives ``pending``
+        (as ``_take_in_turn``'s)."""
+        posted.cancel()
+        for r, _, got in pending:
+            self._eps[r]._abandon_recv(got)
 
     def _take_announcement(self, seq, r, incoming, n, out, posted):
         """Reads rank ``r``'s announcement (``n`` bytes of ``incoming``) into ``out[r]``: its
