@@ -49,6 +49,21 @@ def test_python_ranks_under_the_launcher(path):
     assert all(f"CMA rank {r}: False" in p.stdout for r in range(3)), p.stdout
 
 
+@pytest.mark.parametrize("error_handling", ["peer", "none"])
+def test_python_ranks_without_the_inline_spin(error_handling):
+    """``UCXPY_SPIN_US=0``: the native calls (``collective_call``) post everything and spin
+    for nothing, so what they post is left to Python (sends and receives in flight,
+    announcements still to come) and settled through the event loop; the selftest's bytes
+    still all arrive, and its cancelled call leaves nothing behind."""
+    env = dict(os.environ, UCXPY_SPIN_US="0", UCXA_ERROR_HANDLING=error_handling)
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "selftest"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
 def test_alltoallv_device_protocol_on_host_memory():
     """``alltoallv_device``'s messages (sizes through a host alltoallv, then each part as one
     message, the own part through the loopback endpoint) checked with host parts and a
