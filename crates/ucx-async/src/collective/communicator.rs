@@ -313,11 +313,13 @@ impl Communicator {
     /// Returns once every rank has called `barrier`.
     pub async fn barrier(&self) -> Result<()> {
         let seq = self.next_seq();
-        // Every rank tells every rank (N^2 empty messages: fine for the world sizes a host or
-        // a rack has; a dissemination barrier is the step up).
-        let all = 0..self.size();
-        let recvs = all.clone().map(|r| (r, &mut [][..]));
-        self.exchange("Communicator::barrier", seq, 0, all.map(|r| (r, &[][..])), recvs).await
+        // Every rank tells every other rank (N^2 empty messages: fine for the world sizes a
+        // host or a rack has; a dissemination barrier is the step up). A message to itself
+        // would tell a rank nothing.
+        let me = self.rank;
+        let others = (0..self.size()).filter(move |&r| r != me);
+        let recvs = others.clone().map(|r| (r, &mut [][..]));
+        self.exchange("Communicator::barrier", seq, 0, others.map(|r| (r, &[][..])), recvs).await
     }
 
     /// Gathers every rank's `mine` (the same length on every rank) into `out`, rank by rank:
@@ -340,8 +342,12 @@ impl Communicator {
         if mine.is_empty() {
             return Ok(());
         }
-        let sends = (0..self.size()).map(|r| (r, mine));
-        self.exchange(op, seq, 0, sends, out.chunks_mut(mine.len()).enumerate()).await
+        // This rank's own part is copied, not sent to itself.
+        let me = self.rank;
+        out[me * mine.len()..(me + 1) * mine.len()].copy_from_slice(mine);
+        let sends = (0..self.size()).filter(|&r| r != me).map(|r| (r, mine));
+        let recvs = out.chunks_mut(mine.len()).enumerate().filter(|&(r, _)| r != me);
+        self.exchange(op, seq, 0, sends, recvs).await
     }
 
     /// All-to-all with a part of any size (zero included) for each rank: `parts[r]` goes to
