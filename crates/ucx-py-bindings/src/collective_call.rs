@@ -195,9 +195,12 @@ pub(crate) fn collective_allgather<'py>(
         if r == me {
             continue;
         }
-        let part = PyBuf::writable(out)?.narrow(r * n, n);
-        let Some(part) = part else { continue };
-        left.posted("recv", r, n, ep.get().recv_into_checked(py, part, tags.theirs[r], left_us(deadline)))?;
+        // In range: `out` holds `n * world` bytes (checked above).
+        let part = PyBuf::writable(out)?
+            .narrow(r * n, n)
+            .ok_or_else(|| PyValueError::new_err(format!("out has no room for rank {r}'s {n} bytes")));
+        let posted = part.and_then(|part| ep.get().recv_into_checked(py, part, tags.theirs[r], left_us(deadline)));
+        left.posted("recv", r, n, posted)?;
     }
     drop(dst);
     crate::buffer::release_deferred(py);
@@ -309,7 +312,15 @@ pub(crate) fn collective_alltoallv<'py>(
                 continue;
             }
         };
-        let Some(got) = got else { continue };
+        // An up-to receive hands back its length, or its future: never nothing.
+        let Some(got) = got else {
+            left.failed(
+                "recv_failed",
+                r,
+                PyValueError::new_err(format!("rank {r}'s announcement receive gave no length")),
+            )?;
+            continue;
+        };
         if !got.is_instance_of::<PyInt>() {
             left.push("announcing", r, got)?;
             continue;
@@ -329,11 +340,11 @@ pub(crate) fn collective_alltoallv<'py>(
             }
             // A direct part (one message) into `out[r]`; a part in batches, or one there is
             // no room for, is Python's to receive (`Communicator._take_announcement`).
-            Ok((a, _)) if a.batch == 0 && targets[r].resize(a.len as usize).is_ok() => {
+            Ok((a, _)) if a.batch == 0 && usize::try_from(a.len).is_ok_and(|n| targets[r].resize(n).is_ok()) => {
                 let tag = collective_tag::own(seq, r, Announce::tag_batch(0)).map_err(tag_error)?;
                 let into = PyBuf::writable(targets[r].as_any());
                 let posted = into.and_then(|into| ep.get().recv_into_checked(py, into, tag, 0));
-                left.posted("recv", r, a.len as usize, posted)?;
+                left.posted("recv", r, targets[r].len(), posted)?;
             }
             Ok(_) => left.push("announced", r, got)?,
         }
