@@ -16,6 +16,8 @@ from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
 
 _PATHS = ("auto", "direct", "buffered")
+
+
 class Communicator:
     """One rank's view of an N-rank job; see the module doc. Make one with ``bootstrap`` or
     ``from_env``."""
@@ -27,8 +29,8 @@ class Communicator:
         self._path = "auto"
         self._batch, self._depth = _native.alltoallv_bounce_defaults()
         self._pool = {}  # rank -> list of bounce buffers, made on first use
-        self._native_eps = [ep._ep for ep in endpoints]  # for the small calls' native part
-        self._rooms = None  # per rank: where a small alltoallv's announcement lands
+        self._native_eps = [ep._ep for ep in endpoints]  # for the native calls (collective_call)
+        self._rooms = None  # per rank: where a native alltoallv's announcement lands
         self._nothing = bytearray(0)  # a barrier's gather
         self._transports = None
         self._direct = None  # whether no part goes through the bounce pool (_always_direct)
