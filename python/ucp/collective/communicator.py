@@ -192,7 +192,7 @@ class Communicator:
             # announcement in turn with the inline spin, receiving a direct part into its
             # bytearray, and spins until what it posted is done. What is left (still in
             # flight, failed, a part in batches) is settled here (``_finish_native``). Two
-            # ranks (examples/python/alltoall.py): 1 KiB 19-20 -> 3.3-3.9 us, 1 MiB
+            # ranks (examples/python/alltoall.py): 1 KiB 19-20 -> 3.3-4.0 us, 1 MiB
             # 331-389 -> 200-303 us against the Python steps.
             if self._rooms is None:
                 self._rooms = [bytearray(_native.alltoallv_announce_room(size)) for _ in range(size)]
