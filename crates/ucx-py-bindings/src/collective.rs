@@ -1,16 +1,13 @@
 //! The communicator's protocol for `ucp.collective`: its tags and its bootstrap messages,
 //! from ucx-core's `wire` (the same rules as ucx-async's `Communicator`, so Python and Rust
 //! ranks can share a job). Values that do not fit raise `ValueError` naming them.
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ucx_core::wire::alltoallv::{self, Announce};
 use ucx_core::wire::bootstrap::{self, Answer, Hello};
 use ucx_core::wire::collective_tag;
 
-fn value_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
+use crate::errors::value_error;
 
 /// The tag of a point-to-point message with user tag `tag` from rank `source`.
 #[pyfunction]

@@ -26,6 +26,7 @@ use ucx_core::{MemoryType, RecvBuffer, SendBuffer};
 use crate::buffer::PyBuf;
 use crate::endpoint::Endpoint;
 use crate::engine::Engine;
+use crate::errors::value_error;
 use crate::submit;
 
 /// Leftovers, as `(kind, rank, value)` tuples. Kinds:
@@ -126,14 +127,10 @@ fn left_us(deadline: Instant) -> u64 {
     u64::try_from(deadline.saturating_duration_since(Instant::now()).as_micros()).unwrap_or(u64::MAX)
 }
 
-fn tag_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
-
 /// The largest message a small gather sends ([`collective_allgather`]; larger ones go through
 /// Python's general path, where every receive is posted before anything waits): UCX sends it
 /// eagerly everywhere, so the sends finish at once.
-pub(crate) const SMALL_ALLGATHER_MAX: usize = 1024;
+const SMALL_ALLGATHER_MAX: usize = 1024;
 
 /// `allgather` of operation `seq` for rank `me`: `mine` to every other rank, then each rank's
 /// into its `len(mine)` bytes of `out` in turn (this rank's own copied there), the worker
@@ -215,9 +212,9 @@ struct Tags {
 
 impl Tags {
     fn of(seq: u32, me: usize, world: usize, batch: usize) -> PyResult<Tags> {
-        let mine = collective_tag::own(seq, me, batch).map_err(tag_error)?;
+        let mine = collective_tag::own(seq, me, batch).map_err(value_error)?;
         let theirs =
-            (0..world).map(|r| collective_tag::own(seq, r, batch)).collect::<Result<_, _>>().map_err(tag_error)?;
+            (0..world).map(|r| collective_tag::own(seq, r, batch)).collect::<Result<_, _>>().map_err(value_error)?;
         Ok(Tags { mine, theirs })
     }
 }
@@ -278,7 +275,7 @@ pub(crate) fn collective_alltoallv<'py>(
             continue;
         }
         let part = host_bytes(&bufs[r]);
-        let announce = Announce::new(part.len() as u64, 0).map_err(tag_error)?;
+        let announce = Announce::new(part.len() as u64, 0).map_err(value_error)?;
         let inline = if announce.is_inline(inline_max) { part.len() } else { 0 };
         let mut message = Vec::with_capacity(alltoallv::LEN + inline);
         announce.encode_message(part, inline_max, &mut message);
@@ -290,7 +287,7 @@ pub(crate) fn collective_alltoallv<'py>(
         }
         // A direct part: one message (batch 0) from the caller's memory, right behind.
         debug_assert_eq!(announce.messages(), 1);
-        let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(tag_error)?;
+        let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(value_error)?;
         left.posted("send", r, part.len(), ep.get().tag_send_checked(py, &parts[r], tag, 0, false))?;
     }
     if let Err(e) = fill(&targets[me], host_bytes(&bufs[me])) {
@@ -341,7 +338,7 @@ pub(crate) fn collective_alltoallv<'py>(
             // A direct part (one message) into `out[r]`; a part in batches, or one there is
             // no room for, is Python's to receive (`Communicator._take_announcement`).
             Ok((a, _)) if a.batch == 0 && usize::try_from(a.len).is_ok_and(|n| targets[r].resize(n).is_ok()) => {
-                let tag = collective_tag::own(seq, r, Announce::tag_batch(0)).map_err(tag_error)?;
+                let tag = collective_tag::own(seq, r, Announce::tag_batch(0)).map_err(value_error)?;
                 let into = PyBuf::writable(targets[r].as_any());
                 let posted = into.and_then(|into| ep.get().recv_into_checked(py, into, tag, 0));
                 left.posted("recv", r, targets[r].len(), posted)?;

@@ -98,3 +98,9 @@ pub(crate) fn from_status(py: Python<'_>, name: &str, status: Status, stream_rec
 pub(crate) fn from_core(py: Python<'_>, e: &ucx_core::Error) -> PyErr {
     new(py, Kind::Error, e.to_string())
 }
+
+/// `ValueError` with `e`'s text: a value from Python (or a peer's bytes) that a wire rule of
+/// ucx-core refuses.
+pub(crate) fn value_error(e: impl std::fmt::Display) -> PyErr {
+    pyo3::exceptions::PyValueError::new_err(e.to_string())
+}

@@ -2,14 +2,11 @@
 //! arithmetic that cuts a message, from ucx-core's `wire::multirail` (the same rules as
 //! ucx-async's `RailGroup`, so a Python group and a Rust group talk to each other). Bytes that
 //! do not decode and values out of range raise `ValueError` naming them.
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ucx_core::wire::multirail::{self, Header, Hello, MAX_RAILS, MAX_STAGES};
 
-fn value_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
+use crate::errors::value_error;
 
 /// A rail's hello: `(group, rail, rails)` as bytes.
 #[pyfunction]
