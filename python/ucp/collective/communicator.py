@@ -425,15 +425,11 @@ class Communicator:
         return out
 
     def _always_direct(self):
-        """Whether no part of any size goes through the bounce pool: the ``direct`` path, or
-        ``auto`` where no peer's transports would choose it (``_batch_for``)."""
+        """Whether no part of any size goes through the bounce pool: ``_batch_for`` sends even
+        the largest part to every peer as one message (the ``direct`` path, or ``auto`` where
+        no peer's transports would choose the pool)."""
         if self._direct is None:
-            if self._path == "auto" and self._transports is None:
-                self._transports = [ep._ep.transports() for ep in self._eps]
-            self._direct = self._path == "direct" or (
-                self._path == "auto"
-                and not any(_native.alltoallv_auto_buffered(t, 1 << 62) for r, t in enumerate(self._transports) if r != self._rank)
-            )
+            self._direct = all(self._batch_for(r, 1 << 62) == 0 for r in range(self.size) if r != self._rank)
         return self._direct
 
     def _batch_for(self, r, nbytes):

@@ -37,8 +37,8 @@ class Posted:
             self.count(buffer)
 
     def adopt(self, ep, fut, is_recv):
-        """Takes on an operation already posted (a small call's native part left it in
-        flight): a receive if ``is_recv``, else a send."""
+        """Takes on an operation already posted (a native call left it in flight:
+        ``Communicator._finish_native``): a receive if ``is_recv``, else a send."""
         self.ops.append((ep, fut, is_recv))
 
     def discard(self, ep, tag):
