@@ -11,8 +11,8 @@
 #                                     exporting no stream (no stream wait)
 # each ROUNDS times, interleaved (drift on the machine hits all alike). All under the UCX_*
 # that `import ucp` sets and without peer-error handling on either side (as perftest's
-# default). It also prints which protocol UCX chose for 1 MiB in perftest and in bench_cuda
-# (listener and worker-address connections), from UCX_PROTO_INFO.
+# default). It also prints which protocol UCX chose for 1 MiB in perftest, in bench_cuda
+# (listener and worker-address connections) and in ucp (send_recv), from UCX_PROTO_INFO.
 #
 # Run from the project root on the GPU machine after the harness's set-up unpacked the
 # bundle (`bash .gpu/run.sh info`, or scripts/gpu_figures.sh): bash scripts/gpu_device_spin.sh
@@ -84,6 +84,16 @@ with_spin() { # SPIN CMD... : CMD with UCXA_DEVICE_SPIN_US=SPIN ("default": unse
         tail -5 "$log" | sed "s/^/bench_cuda ${connect:---listener} (no table; its output ends): /"
     rm -f "$log"
 done
+# ucp's endpoints (listener, UCX-Py's features) against perftest's: the same protocol for 1 MiB?
+[ "${PROTO:-1}" = 1 ] && {
+    log=$(mktemp)
+    UCX_PROTO_INFO=y timeout -k 5 60 "$PY" -m ucp.benchmarks.send_recv -o cupy --reuse-alloc -n 1048576 \
+        --n-iter 20 --n-warmup-iter 2 -s 127.0.0.1 --no-detailed-report --no-error-handling >"$log" 2>&1
+    echo "ucp send_recv: exit status $?"
+    device_tables <"$log" | sed "s/^/ucp: /" | head -40 | grep . ||
+        tail -5 "$log" | sed "s/^/ucp (no table; its output ends): /"
+    rm -f "$log"
+}
 
 for size in $SIZES; do
     echo "== $size B: one-way median µs per round"

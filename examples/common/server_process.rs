@@ -47,7 +47,12 @@ pub fn run_with_server_ports<E>(
     let port = child.stdout.take().and_then(|out| {
         let mut lines = BufReader::new(out).lines().map_while(|l| l.ok());
         let ports = |p: &str| p.trim().split(',').map(|p| p.parse::<u16>().ok()).collect::<Option<Vec<u16>>>();
-        let port = lines.by_ref().find_map(|l| l.strip_prefix("PORT ").and_then(ports).filter(|p| !p.is_empty()));
+        // The line may start with the tail of UCX's own output (UCX_PROTO_INFO's tables go to
+        // the same pipe through C stdio's block buffer, flushed mid-line): match `PORT ` anywhere.
+        let port = lines.by_ref().find_map(|l| {
+            let at = l.rfind("PORT ")?;
+            ports(&l[at + "PORT ".len()..]).filter(|p| !p.is_empty())
+        });
         // Keep reading what the server prints after its port (e.g. bench's `CONNECTED`): a
         // closed pipe would fail its next print and end it mid-run.
         std::thread::spawn(move || lines.for_each(drop));

@@ -219,6 +219,34 @@ fn bench_runs_with_its_own_server() {
     }
 }
 
+/// The server's `PORT` line shares its stdout with UCX's own log, which C stdio flushes in
+/// blocks, mid-line: with `UCX_LOG_LEVEL=debug` (or `UCX_PROTO_INFO=y` on a GPU machine) the
+/// port once followed a partial log line, went unrecognised, and the run failed after 30 s.
+#[test]
+fn bench_finds_its_servers_port_among_ucx_log_lines() {
+    let path = example("bench").expect("example bench is missing: run `cargo test -p ucx-async`");
+    let log = std::env::temp_dir().join(format!("ucxa-bench-debug-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).expect("create the log file");
+    // stdout to a file, not a pipe: debug logging would fill a pipe no one reads yet.
+    let mut child = Command::new(path)
+        .args(["-t", "tag_lat", "-s", "8", "-n", "100", "--mode", "polling"])
+        .env("UCX_LOG_LEVEL", "debug")
+        .stdout(file)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run bench");
+    let status = exit_by(&mut child, Instant::now() + Duration::from_secs(60), "bench with UCX's debug log ran 60 s");
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(status.success(), "bench failed ({status:?}); its output ends:\n{}", tail(&out));
+    assert!(out.lines().any(|l| l.starts_with("RESULT ")), "no RESULT line; the output ends:\n{}", tail(&out));
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
 #[test]
 fn bench_sweeps_ours_and_perftest_into_a_table_and_a_plot() {
     let plot = std::env::temp_dir().join(format!("ucx-async-sweep-{}.svg", std::process::id()));
