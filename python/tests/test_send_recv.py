@@ -219,3 +219,57 @@ def test_a_finished_operation_leaves_nothing_queued_on_the_loop(fresh_ucp):
         lf.close()
 
     run(main())
+
+
+def test_the_spin_rule_finds_the_running_loop_of_this_thread_only():
+    """``inline_spin_us`` remembers the loop it last found (asyncio's own lookup makes a
+    system call on 3.11); it must still answer with the loop running in the calling thread:
+    across loops one after another, a loop in another thread at the same time, outside any
+    loop (an error, as asyncio's), and in a child forked from inside a running loop."""
+    import os
+    import threading
+
+    from ucp.continuous_ucx_progress import _running_loop
+
+    async def here():
+        return _running_loop() is asyncio.get_running_loop()
+
+    assert asyncio.run(here()) and asyncio.run(here()), "a second loop after the first"
+    with pytest.raises(RuntimeError):
+        _running_loop()
+
+    other = {}
+    started, stop = threading.Event(), threading.Event()
+
+    async def hold():
+        other["loop"] = asyncio.get_running_loop()
+        other["seen"] = _running_loop()
+        started.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+
+    t = threading.Thread(target=asyncio.run, args=(hold(),))
+    t.start()
+    try:
+        assert started.wait(10)
+
+        async def mine():
+            assert _running_loop() is asyncio.get_running_loop() is not other["loop"]
+            assert other["seen"] is other["loop"]
+            # The child forked from inside this loop runs no loop.
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _running_loop()
+                    code = 1
+                except RuntimeError:
+                    code = 0
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, "the forked child saw its parent's loop"
+            return _running_loop() is asyncio.get_running_loop()
+
+        assert asyncio.run(mine())
+    finally:
+        stop.set()
+        t.join()
