@@ -2,7 +2,8 @@
 //! (its rank, the world size, its worker address); rank 0 answers each with the table of all
 //! ranks' worker addresses, each framed as UCX-Py's `send_obj` frames an object (so a Python
 //! rank can speak it with `Endpoint.send_obj`/`recv_obj`). The bytes are ucx-core's
-//! (`wire::bootstrap`, `wire::obj_len`); this is the flow.
+//! (`wire::bootstrap`, `wire::obj_len`); this is the flow. The listener and the endpoints it
+//! makes live on a worker of their own ([`boot_worker`]), not on the ranks' worker.
 use crate::core::wire::bootstrap::{decode_answer, encode_refusal, encode_table, Answer, Hello};
 use crate::core::wire::obj_len;
 use crate::core::WorkerAddress;
@@ -41,8 +42,18 @@ async fn recv_obj(ep: &Endpoint, what: &str, max: usize) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Rank 0: accepts the other `size - 1` ranks on `listener`, then sends each the table.
-/// Every rank must use rank 0's `error_handling` (see `wire::bootstrap::ERROR_HANDLING_VAR`).
+/// A worker of its own for the bootstrap's listener and endpoints, on `worker`'s context, to
+/// be dropped once the ranks are connected. Endpoints made through a listener start on TCP
+/// lanes, and on a worker that ever had one UCX kept polling TCP (an `epoll_wait` system call
+/// in every progress call) after the endpoint was gone: 9 calls per 1 KiB alltoallv round
+/// (barrier, alltoallv, allgather) on each rank but rank 0 (`perf stat -e
+/// syscalls:sys_enter_epoll_wait`, 4 ranks), about none with this worker.
+pub(crate) fn boot_worker(worker: &Worker) -> Result<Worker> {
+    Worker::new(worker.core().context(), worker.mode())
+}
+
+/// Rank 0: accepts the other `size - 1` ranks on `listener` (on [`boot_worker`], or the
+/// caller's), then sends each the table, with `worker`'s address as rank 0's. Every rank must use rank 0's `error_handling` (see `wire::bootstrap::ERROR_HANDLING_VAR`).
 pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize, error_handling: bool) -> Result<Joined> {
     let mut table = vec![Vec::new(); size];
     table[0] = worker.core().address()?.as_bytes().to_vec();
@@ -79,15 +90,17 @@ pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize, err
     Ok((parse(table)?, joined))
 }
 
-/// Ranks 1 and up: introduce this worker to rank 0 at `root` and receive the table.
+/// Ranks 1 and up: introduce `worker` to rank 0 at `root`, connecting from `boot` (see
+/// [`boot_worker`]), and receive the table.
 pub(crate) async fn join(
     worker: &Worker,
+    boot: &Worker,
     rank: usize,
     size: usize,
     root: std::net::SocketAddr,
     error_handling: bool,
 ) -> Result<Joined> {
-    let ep = Endpoint::connect(worker, root).await?;
+    let ep = Endpoint::connect(boot, root).await?;
     let address = worker.core().address()?.as_bytes().to_vec();
     send_obj(&ep, &Hello { rank: rank as u32, size: size as u32, error_handling, address }.encode()).await?;
     let bytes = recv_obj(&ep, "address table", 16 + size * (4 + MAX_HELLO)).await?;

@@ -102,8 +102,9 @@ impl Communicator {
         const OP: &str = "Communicator::bootstrap_file";
         let io =
             |what: &str, e: std::io::Error| invalid(OP, format!("{what} the rendezvous file {}: {e}", path.display()));
+        let boot = bootstrap::boot_worker(worker)?;
         if rank == 0 {
-            let listener = Listener::bind(worker, bind)?;
+            let listener = Listener::bind(&boot, bind)?;
             let text = rendezvous_text(listener.local_addr());
             let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
             std::fs::write(&tmp, text).map_err(|e| io("cannot write", e))?;
@@ -124,7 +125,7 @@ impl Communicator {
                 Err(e) => return Err(io("cannot read", e)),
             };
             let tried = match root {
-                Some(root) => match bootstrap::join(worker, rank, size, root?, eh).await {
+                Some(root) => match bootstrap::join(worker, &boot, rank, size, root?, eh).await {
                     Ok(j) => break j,
                     Err(e @ Error::Protocol { .. }) => return Err(e),
                     Err(e) => Some(e),
@@ -158,14 +159,15 @@ impl Communicator {
         root: SocketAddr,
         eh: bool,
     ) -> Result<Communicator> {
+        let boot = bootstrap::boot_worker(worker)?;
         if rank == 0 {
-            let listener = Listener::bind(worker, root)?;
+            let listener = Listener::bind(&boot, root)?;
             let joined = bootstrap::serve(worker, &listener, size, eh).await?;
             return Communicator::connect(worker, 0, joined, eh).await;
         }
         let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
         let joined = loop {
-            match bootstrap::join(worker, rank, size, root, eh).await {
+            match bootstrap::join(worker, &boot, rank, size, root, eh).await {
                 Ok(j) => break j,
                 Err(e @ Error::Protocol { .. }) => return Err(e),
                 Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
