@@ -437,3 +437,33 @@ def test_each_rank_gets_the_devices_nearest_its_gpu():
     assert local_rank({}) == 0
     with pytest.raises(ValueError, match="LOCAL_RANK='x' is not a number"):
         local_rank({"LOCAL_RANK": "x"})
+
+
+def test_the_bootstrap_talks_on_a_worker_of_its_own(fresh_ucp):
+    """Rank 0's listener and every bootstrap endpoint live on ``boot_context``'s worker, never
+    on ``ucp``'s (a listener's endpoint there would leave UCX polling TCP on the ranks' worker
+    for good), while the table hands out the ranks' own worker addresses."""
+    import asyncio
+
+    import ucp
+    from ucp.collective import bootstrap
+
+    async def main():
+        mine = bytes(ucp.get_worker_address())
+        boots = [bootstrap.boot_context(), bootstrap.boot_context()]
+        main_ctx = ucp.core._get_ctx()
+        assert all(b.context is main_ctx.context and b.worker is not main_ctx.worker for b in boots)
+        port = free_port()
+        served, joined = await asyncio.gather(
+            bootstrap.serve(boots[0], 2, "127.0.0.1", port, mine, error_handling=False),
+            bootstrap.join(boots[1], 1, 2, "127.0.0.1", port, b"rank 1", error_handling=False),
+        )
+        assert served[0] == joined[0] == [mine, b"rank 1"]
+        for (_, eps), boot in zip([served, joined], boots):
+            assert [ep._ctx for ep in eps] == [boot]
+            for ep in eps:
+                ep.abort()
+        for boot in boots:
+            boot._stop()
+
+    asyncio.run(main())

@@ -103,10 +103,12 @@ class ApplicationContext:
     (``Worker.set_max_unclaimed_bytes``; default 1 GiB, ``none`` for no cap).
     """
 
-    def __init__(self, config_dict={}, blocking_progress_mode=None, connect_timeout=None):
+    def __init__(self, config_dict={}, blocking_progress_mode=None, connect_timeout=None, *, _context=None):
+        # ``_context``: share that UCX context (a second worker on it; the collectives'
+        # bootstrap) instead of creating one from ``config_dict``.
         self.progress_tasks = []
         max_unclaimed = _max_unclaimed_bytes(os.environ.get("UCXPY_MAX_UNCLAIMED_BYTES"))
-        self.context = _ucx_async.Context(dict(config_dict))
+        self.context = _context if _context is not None else _ucx_async.Context(dict(config_dict))
         self.worker = _ucx_async.Worker(self.context)
         if max_unclaimed is not _DEFAULT:
             self.worker.set_max_unclaimed_bytes(max_unclaimed)
@@ -122,7 +124,7 @@ class ApplicationContext:
             self.connect_timeout = connect_timeout
 
         self.epoll_fd = self.worker.efd() if self.blocking_progress_mode else None
-        weakref.finalize(self, _stop_progress, self.progress_tasks, self.worker)
+        self._stop = weakref.finalize(self, _stop_progress, self.progress_tasks, self.worker)
 
         # Progress from the start, so messages can arrive before any endpoint exists (in a
         # running loop; otherwise from the first call made in one).

@@ -10,7 +10,7 @@ from .. import _ucx_async as _native
 from .. import core, framing
 from .._libs.arr import Array
 from .._libs.ucx_api import UCXAddress
-from .bootstrap import init_nearest_devices, join, serve
+from .bootstrap import boot_context, init_nearest_devices, join, serve
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env
 from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
@@ -92,10 +92,11 @@ class Communicator:
         mine = bytes(core.get_worker_address())
         if error_handling is None:
             error_handling = _native.error_handling_parse(os.environ.get(ERROR_HANDLING))
+        ctx = boot_context()
         if rank == 0:
-            table, boot = await serve(size, host, port or 0, mine, rendezvous_file, error_handling)
+            table, boot = await serve(ctx, size, host, port or 0, mine, rendezvous_file, error_handling)
         else:
-            table, boot = await join(rank, size, host, port, mine, rendezvous_file, error_handling)
+            table, boot = await join(ctx, rank, size, host, port, mine, rendezvous_file, error_handling)
         eps = [
             await core.create_endpoint_from_worker_address(UCXAddress.from_buffer(a), endpoint_error_handling=error_handling)
             for a in table
@@ -104,6 +105,7 @@ class Communicator:
         await comm.barrier()
         for ep in boot:  # aborted on both sides, as ucx-async does: a close would leave a
             ep.abort()  # control message nobody receives
+        ctx._stop()  # the bootstrap's worker is not progressed again
         return comm
 
     def _peer(self, rank):

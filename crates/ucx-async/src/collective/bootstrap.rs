@@ -121,3 +121,36 @@ fn parse(table: Vec<Vec<u8>>) -> Result<Vec<WorkerAddress>> {
         .map(|(r, a)| WorkerAddress::from_bytes(a).map_err(|e| protocol(format!("rank {r}'s worker address: {e}"))))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Context;
+    use crate::ProgressMode;
+
+    /// The bootstrap's endpoints (both sides) are the boot worker's, never a rank's own: a
+    /// listener's endpoint on the rank's worker would leave UCX polling TCP there for good.
+    /// The table still names the ranks' own workers.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_bootstrap_talks_on_the_boot_workers_and_hands_out_the_ranks_workers() {
+        let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+        let ranks: Vec<Worker> = (0..2).map(|_| Worker::new(&ctx, ProgressMode::Event).unwrap()).collect();
+        let boots: Vec<Worker> = ranks.iter().map(|w| boot_worker(w).unwrap()).collect();
+        let listener = Listener::bind(&boots[0], "127.0.0.1:0".parse().unwrap()).unwrap();
+        let root = listener.local_addr();
+        let (served, joined) =
+            tokio::join!(serve(&ranks[0], &listener, 2, false), join(&ranks[1], &boots[1], 1, 2, root, false));
+        let ((table, eps0), (table1, eps1)) = (served.unwrap(), joined.unwrap());
+        let address = |w: &Worker| w.core().address().unwrap().as_bytes().to_vec();
+        let names = |t: &[WorkerAddress]| t.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(names(&table), [address(&ranks[0]), address(&ranks[1])]);
+        assert_eq!(names(&table1), names(&table));
+        for (eps, boot) in [(&eps0, &boots[0]), (&eps1, &boots[1])] {
+            assert_eq!(eps.len(), 1);
+            assert_eq!(address(eps[0].worker()), address(boot), "a bootstrap endpoint off the boot worker");
+        }
+        for ep in eps0.iter().chain(&eps1) {
+            ep.abort();
+        }
+    }
+}
