@@ -53,7 +53,8 @@ pub(crate) fn boot_worker(worker: &Worker) -> Result<Worker> {
 }
 
 /// Rank 0: accepts the other `size - 1` ranks on `listener` (on [`boot_worker`], or the
-/// caller's), then sends each the table, with `worker`'s address as rank 0's. Every rank must use rank 0's `error_handling` (see `wire::bootstrap::ERROR_HANDLING_VAR`).
+/// caller's), then sends each the table, with `worker`'s address as rank 0's. Every rank must
+/// use rank 0's `error_handling` (see `wire::bootstrap::ERROR_HANDLING_VAR`).
 pub(crate) async fn serve(worker: &Worker, listener: &Listener, size: usize, error_handling: bool) -> Result<Joined> {
     let mut table = vec![Vec::new(); size];
     table[0] = worker.core().address()?.as_bytes().to_vec();
