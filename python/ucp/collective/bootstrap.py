@@ -40,8 +40,8 @@ def boot_context():
     """A worker of its own for the bootstrap's listener and endpoints, on ``ucp``'s UCX
     context, to be dropped once the ranks are connected. Endpoints made through a listener
     start on TCP lanes, and on a worker that ever had one UCX keeps polling TCP (an
-    ``epoll_wait`` system call in every progress call) after the endpoint is gone: about 3
-    per 1 KiB alltoallv round on rank 1 of 2, and 1 on rank 0."""
+    ``epoll_wait`` system call in every progress call) after the endpoint is gone: 2.5 per
+    1 KiB alltoallv round on rank 1 of 2, and 0.8 on rank 0."""
     main = core._get_ctx()
     return ApplicationContext(
         blocking_progress_mode=main.blocking_progress_mode,
