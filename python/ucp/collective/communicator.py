@@ -93,19 +93,23 @@ class Communicator:
         if error_handling is None:
             error_handling = _native.error_handling_parse(os.environ.get(ERROR_HANDLING))
         ctx = boot_context()
-        if rank == 0:
-            table, boot = await serve(ctx, size, host, port or 0, mine, rendezvous_file, error_handling)
-        else:
-            table, boot = await join(ctx, rank, size, host, port, mine, rendezvous_file, error_handling)
-        eps = [
-            await core.create_endpoint_from_worker_address(UCXAddress.from_buffer(a), endpoint_error_handling=error_handling)
-            for a in table
-        ]
-        comm = cls(rank, eps)
-        await comm.barrier()
-        for ep in boot:  # aborted on both sides, as ucx-async does: a close would leave a
-            ep.abort()  # control message nobody receives
-        ctx._stop()  # the bootstrap's worker is not progressed again
+        try:
+            if rank == 0:
+                table, boot = await serve(ctx, size, host, port or 0, mine, rendezvous_file, error_handling)
+            else:
+                table, boot = await join(ctx, rank, size, host, port, mine, rendezvous_file, error_handling)
+            eps = [
+                await core.create_endpoint_from_worker_address(
+                    UCXAddress.from_buffer(a), endpoint_error_handling=error_handling
+                )
+                for a in table
+            ]
+            comm = cls(rank, eps)
+            await comm.barrier()
+            for ep in boot:  # aborted on both sides, as ucx-async does: a close would leave a
+                ep.abort()  # control message nobody receives
+        finally:
+            ctx._stop()  # the bootstrap's worker is not progressed again, failed or not
         return comm
 
     def _peer(self, rank):
