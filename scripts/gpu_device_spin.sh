@@ -75,25 +75,23 @@ with_spin() { # SPIN CMD... : CMD with UCXA_DEVICE_SPIN_US=SPIN ("default": unse
         device_tables | sed 's/^/perftest: /' | head -40
     wait
 )
-[ "${PROTO:-1}" = 1 ] && for connect in "" --worker-address; do
+proto_rows() { # NAME CMD... : CMD under UCX_PROTO_INFO=y, its device-memory tables prefixed with NAME
+    local name=$1 log
+    shift
+    log=$(mktemp)
+    UCX_PROTO_INFO=y "$@" >"$log" 2>&1
+    echo "$name: exit status $?"
     # (A run on an H200 printed no table here; the output's end says why, if it happens again.)
-    log=$(mktemp)
-    UCX_PROTO_INFO=y timeout 60 "$BIN" --sizes 1048576 -n 20 --mode polling $connect >"$log" 2>&1
-    echo "bench_cuda ${connect:---listener}: exit status $?"
-    device_tables <"$log" | sed "s/^/bench_cuda ${connect:---listener}: /" | head -40 | grep . ||
-        tail -5 "$log" | sed "s/^/bench_cuda ${connect:---listener} (no table; its output ends): /"
-    rm -f "$log"
-done
-# ucp's endpoints (listener, UCX-Py's features) against perftest's: the same protocol for 1 MiB?
-[ "${PROTO:-1}" = 1 ] && {
-    log=$(mktemp)
-    UCX_PROTO_INFO=y timeout -k 5 60 "$PY" -m ucp.benchmarks.send_recv -o cupy --reuse-alloc -n 1048576 \
-        --n-iter 20 --n-warmup-iter 2 -s 127.0.0.1 --no-detailed-report --no-error-handling >"$log" 2>&1
-    echo "ucp send_recv: exit status $?"
-    device_tables <"$log" | sed "s/^/ucp: /" | head -40 | grep . ||
-        tail -5 "$log" | sed "s/^/ucp (no table; its output ends): /"
+    device_tables <"$log" | sed "s/^/$name: /" | head -40 | grep . ||
+        tail -5 "$log" | sed "s/^/$name (no table; its output ends): /"
     rm -f "$log"
 }
+[ "${PROTO:-1}" = 1 ] && for connect in "" --worker-address; do
+    proto_rows "bench_cuda ${connect:---listener}" timeout 60 "$BIN" --sizes 1048576 -n 20 --mode polling $connect
+done
+# ucp's endpoints (listener, UCX-Py's features) against perftest's: the same protocol for 1 MiB?
+[ "${PROTO:-1}" = 1 ] && proto_rows ucp timeout -k 5 60 "$PY" -m ucp.benchmarks.send_recv -o cupy --reuse-alloc \
+    -n 1048576 --n-iter 20 --n-warmup-iter 2 -s 127.0.0.1 --no-detailed-report --no-error-handling
 
 for size in $SIZES; do
     echo "== $size B: one-way median µs per round"
