@@ -26,9 +26,10 @@ const SHAPES: [(&str, usize, DataPath, usize); 4] = [
     ("bounce pool, 256 batches", 1 << 20, DataPath::Buffered, 4 << 10),
 ];
 const CALLS: usize = 50;
-/// Each shape is measured this many times and judged by its median: a round where more
-/// operations than usual finished at once (no waker registered) counts about 3 fewer
-/// allocations per call, as many as one extra message per call would add.
+/// Each shape is measured this many times. A round where more operations than usual finished
+/// at once (no waker registered) counts up to about 3 fewer allocations per call, as many as one
+/// extra message per call would add, and that happens most to the shapes with fewer messages:
+/// so a shape is judged by its median and the shape it is compared with by its highest round.
 const ROUNDS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,19 +85,18 @@ async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
         counts.push(tokio::time::timeout(Duration::from_secs(120), t).await.expect("no rank hangs").unwrap());
     }
     // Rank 0 counted from before the first barrier to after the second: both ranks' calls.
-    let c: Vec<f64> = counts[0]
-        .iter()
-        .map(|rounds| {
-            let mut r = rounds.clone();
-            r.sort_by(f64::total_cmp);
-            r[r.len() / 2]
-        })
-        .collect();
+    let median = |rounds: &Vec<f64>| {
+        let mut r = rounds.clone();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
+    let highest = |rounds: &Vec<f64>| rounds.iter().copied().fold(f64::MIN, f64::max);
+    let c: Vec<f64> = counts[0].iter().map(median).collect();
     let report: Vec<String> =
         SHAPES.iter().zip(&counts[0]).zip(&c).map(|((s, r), n)| format!("{}: {n:.1} (rounds {r:.1?})", s.0)).collect();
     eprintln!("allocations per call, both ranks: {report:?}");
-    // One more allocation per call is noise (a runtime's own); one per message would be 1 to
-    // 255 more here.
-    assert!(c[1] <= c[0] + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
-    assert!(c[3] <= c[2] + 1.0, "256 batches allocate more than 16: {report:?}");
+    // One more allocation per call is noise (a runtime's own); one per message would be 2 (one
+    // rendezvous message each way) to 480 more here.
+    assert!(c[1] <= highest(&counts[0][0]) + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
+    assert!(c[3] <= highest(&counts[0][2]) + 1.0, "256 batches allocate more than 16: {report:?}");
 }
