@@ -1,6 +1,7 @@
 """MPI's Alltoallv (mpi4py) with the same sizes and timing rule as examples/alltoall.rs: per
 pair 1 KiB up to MAX by powers of 4, 4 MiB / size warm-up calls (3 to 1000), then the median over iterations of the
-slowest rank's time for one call. Run under mpirun; rank 0 prints one RESULT line per size."""
+slowest rank's time for one call. Run under mpirun; rank 0 prints one RESULT line per size.
+Arguments: MAX (bytes, default 64 MiB), ITERS (default 20), MIN (bytes, default 1 KiB)."""
 import sys
 import time
 
@@ -11,7 +12,7 @@ comm = MPI.COMM_WORLD
 rank, ranks = comm.Get_rank(), comm.Get_size()
 max_size = int(sys.argv[1]) if len(sys.argv) > 1 else 64 << 20
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-size = 1 << 10
+size = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 10
 while size <= max_size:
     send = np.empty(size * ranks, dtype="u1")
     for r in range(ranks):

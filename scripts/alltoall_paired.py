@@ -1,0 +1,87 @@
+"""alltoallv, ours against Open MPI, in alternating rounds: a verdict that holds on a noisy VM.
+
+One run of each side (scripts/bench_alltoall.sh) compares two moments of a machine whose speed
+moves by a third from minute to minute here. This script runs the sides one after another,
+--rounds times, in the order A B / B A / A B ..., so that each round's ratio compares runs a few
+seconds apart, and reports per size and side the median time over rounds, and the per-round
+ratio (MPI's time / ours: above 1.0, ours is faster) as min / median / max with the rounds won.
+
+Sides (all without peer error handling, as MPI's, so UCX may use shared memory and CMA):
+  rust    examples/alltoall.rs (--mode, default event: sleeping on the wakeup fd)
+  python  examples/python/alltoall.py under python -m ucp.launch
+  mpi     scripts/alltoallv_mpi.py (mpi4py, Open MPI's defaults: shared memory, polling)
+
+Run from the repository root after scripts/setup.sh, with .venv-mpi made as
+scripts/bench_alltoall.sh makes it:
+  .venv/bin/python scripts/alltoall_paired.py --ranks 4 --sizes 1024 1048576 --rounds 5
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = re.compile(r"RESULT impl=\S+ .*?ranks=(\d+) size=(\d+) median_us=([0-9.]+)")
+
+
+def commands(side, ranks, size, iters, mode):
+    """The command line of one side's run at one size."""
+    sizes = ["--min-size", str(size), "--max-size", str(size), "--iters", str(iters)]
+    if side == "rust":
+        return [str(ROOT / "target/release/examples/alltoall"), "--ranks", str(ranks), "--mode", mode, *sizes]
+    if side == "python":
+        launch = [str(ROOT / ".venv/bin/python"), "-m", "ucp.launch", "-n", str(ranks)]
+        return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
+    mpi = ROOT / ".venv-mpi/bin"
+    return [str(mpi / "mpirun"), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks),
+            str(mpi / "python"), str(ROOT / "scripts/alltoallv_mpi.py"), str(size), str(iters), str(size)]
+
+
+def run(side, ranks, size, iters, mode):
+    """One run: the median µs per call it reports for `size`."""
+    env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
+    cmd = commands(side, ranks, size, iters, mode)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for line in p.stdout.splitlines():
+        m = RESULT.search(line)
+        if m and int(m[2]) == size:
+            return float(m[3])
+    sys.exit(f"{side}: no result for {size} bytes (exit {p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 1 << 20], help="bytes per pair")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=200, help="timed calls per run (a quarter above 4 MiB)")
+    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "python"])
+    ap.add_argument("--mode", default="event", choices=["event", "polling", "adaptive"], help="the Rust side's")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.ranks < 1 or a.iters < 1 or any(s < 1 for s in a.sizes):
+        ap.error("--rounds, --ranks, --iters and every size must be at least 1")
+    print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING=none, "
+          f"Rust --mode {a.mode}; MPI's time / ours per round (> 1: ours faster)")
+    print("| size per pair | side | ours µs (median of rounds) | MPI µs | ratio min / median / max | rounds won |")
+    print("|---|---|---|---|---|---|")
+    for size in a.sizes:
+        for side in a.sides:
+            ours, mpi = [], []
+            for k in range(a.rounds):
+                order = [side, "mpi"] if k % 2 == 0 else ["mpi", side]
+                for s in order:
+                    (ours if s == side else mpi).append(run(s, a.ranks, size, a.iters, a.mode))
+                print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, MPI {mpi[-1]} µs",
+                      file=sys.stderr, flush=True)
+            ratios = sorted(m / o for o, m in zip(ours, mpi))
+            won = sum(r >= 1.0 for r in ratios)
+            print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(mpi):.1f} | "
+                  f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
