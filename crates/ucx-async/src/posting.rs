@@ -13,10 +13,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use futures_util::future::{join_all, try_join_all};
-
 thread_local! {
-    /// Set while [`try_join_posted`] gives each future its first poll.
+    /// Set while futures on this thread must not spin: while [`try_join_posted`] gives each
+    /// future its first poll, and while it checks the rest after one's spin ran out.
     static POSTING: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -27,19 +26,19 @@ pub(crate) fn spin_allowed() -> bool {
 }
 
 /// While it lives, futures polled on this thread do not spin (their operation is only
-/// posted); clears the flag even if a poll panics.
-pub(crate) struct Posting;
+/// posted); then the flag is as it was before (a join posted inside another's posting leaves
+/// the outer one's in force), even if a poll panics.
+pub(crate) struct Posting(bool);
 
 impl Posting {
     pub(crate) fn enter() -> Posting {
-        POSTING.with(|p| p.set(true));
-        Posting
+        Posting(POSTING.with(|p| p.replace(true)))
     }
 }
 
 impl Drop for Posting {
     fn drop(&mut self) {
-        POSTING.with(|p| p.set(false));
+        POSTING.with(|p| p.set(self.0));
     }
 }
 
@@ -54,28 +53,23 @@ pub async fn try_join_posted<F, T, E>(futures: impl IntoIterator<Item = F>) -> R
 where
     F: Future<Output = Result<T, E>>,
 {
-    let (mut futures, mut outputs) = post(futures, |r: &Result<T, E>| r.is_err()).await;
+    let is_err = |r: &Result<T, E>| r.is_err();
+    let (mut futures, mut outputs) = post(futures, is_err).await;
     if let Some(Some(Err(e))) = outputs.iter_mut().find(|o| matches!(o, Some(Err(_)))).map(Option::take) {
         return Err(e);
     }
-    let rest = futures.iter_mut().zip(outputs.iter()).filter(|(_, out)| out.is_none()).map(|(f, _)| f.as_mut());
-    let mut rest = try_join_all(rest).await?.into_iter();
-    Ok(outputs
-        .into_iter()
-        .map(|out| match out {
-            Some(Ok(v)) => v,
-            _ => rest.next().expect("an output for every future"),
-        })
-        .collect())
+    if let Some(Some(Err(e))) = finish(&mut futures, &mut outputs, is_err).await.map(|i| outputs[i].take()) {
+        return Err(e);
+    }
+    outputs.into_iter().map(|out| out.expect("an output for every future")).collect()
 }
 
 /// [`try_join_posted`] without the short cut: waits for every future, whatever the others
 /// returned (for receives that must all settle before their buffers can be given back).
 pub(crate) async fn join_posted<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let (mut futures, outputs) = post(futures, |_| false).await;
-    let rest = futures.iter_mut().zip(outputs.iter()).filter(|(_, out)| out.is_none()).map(|(f, _)| f.as_mut());
-    let mut rest = join_all(rest).await.into_iter();
-    outputs.into_iter().map(|out| out.or_else(|| rest.next()).expect("an output for every future")).collect()
+    let (mut futures, mut outputs) = post(futures, |_| false).await;
+    finish(&mut futures, &mut outputs, |_| false).await;
+    outputs.into_iter().map(|out| out.expect("an output for every future")).collect()
 }
 
 /// Polls each future once without spinning (stopping early at an output `stop` accepts);
@@ -101,6 +95,47 @@ async fn post<F: Future>(
     })
     .await;
     (futures, outputs)
+}
+
+/// Polls the futures that have no output yet, each time this task wakes, until every one has
+/// (or until an output `stop` accepts: its index is returned). In place, as `join_all` would
+/// poll them but without its allocations: whether a call allocates then does not depend on
+/// whether its operations finished while being posted (`tests/no_alloc_alltoallv.rs`).
+///
+/// Within one pass, futures spin in turn while each spin ends with its operation done; once
+/// one spin runs out of budget, the rest are only checked (a spin progresses the worker for
+/// all of them, so spinning again for each would only multiply the wait before sleeping).
+async fn finish<F: Future>(
+    futures: &mut [Pin<Box<F>>],
+    outputs: &mut [Option<F::Output>],
+    stop: impl Fn(&F::Output) -> bool,
+) -> Option<usize> {
+    std::future::poll_fn(|cx| {
+        let mut quiet = None;
+        for (i, (f, out)) in futures.iter_mut().zip(outputs.iter_mut()).enumerate() {
+            if out.is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                Poll::Ready(r) => {
+                    let last = stop(&r);
+                    *out = Some(r);
+                    if last {
+                        return Poll::Ready(Some(i));
+                    }
+                }
+                Poll::Pending => {
+                    quiet.get_or_insert_with(Posting::enter);
+                }
+            }
+        }
+        if quiet.is_some() {
+            Poll::Pending
+        } else {
+            Poll::Ready(None)
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -150,6 +185,29 @@ mod tests {
             "later polls spin; a finished one is not polled: {seen:?}"
         );
         assert!(spin_allowed(), "the flag is cleared");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn once_a_spin_runs_out_the_rest_of_the_pass_is_only_checked() {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let out = join_posted(probes(&seen, &[(3, Ok(1)), (3, Ok(2)), (1, Ok(3))])).await;
+        assert_eq!(out, vec![Ok(1), Ok(2), Ok(3)]);
+        // Posted without spinning; then future 0's spin runs out, so future 1 is only checked;
+        // the next pass both spin, and both finish.
+        assert_eq!(
+            seen.into_inner(),
+            vec![(0, false), (1, false), (2, false), (0, true), (1, false), (0, true), (1, true)]
+        );
+        assert!(spin_allowed(), "the flag is cleared");
+    }
+
+    #[test]
+    fn a_posting_inside_another_leaves_the_outer_one_in_force() {
+        let outer = Posting::enter();
+        drop(Posting::enter());
+        assert!(!spin_allowed(), "still posting the outer join");
+        drop(outer);
+        assert!(spin_allowed());
     }
 
     #[tokio::test(flavor = "current_thread")]
