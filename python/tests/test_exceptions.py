@@ -125,3 +125,31 @@ def test_log_errors_quiet_without_error(ucx_log):
 def test_warning_category():
     with pytest.warns(UCXWarning, match="careful"):
         warnings.warn("careful", UCXWarning)
+
+
+def test_a_connect_without_a_transport_for_listeners_says_why(fresh_ucp):
+    """UCX says only "Destination is unreachable" when no transport of the context can carry
+    a connection to a listener (``TLS=sm``: shared memory alone); ``create_endpoint`` keeps
+    UCX-Py's exception and message and adds why, naming the setting. With tcp there is no
+    such reason to add."""
+    import asyncio
+
+    from conftest import run
+
+    assert ucp.core._get_ctx().worker.unreachable_listener_hint() is None, "tcp is there"
+    ucp.reset()
+    ucp.init(options={"TLS": "sm"})
+
+    async def main():
+        lf = ucp.create_listener(lambda ep: None)
+        try:
+            with pytest.raises(UCXUnreachable) as info:
+                await asyncio.wait_for(ucp.create_endpoint("127.0.0.1", lf.port), 10)
+        finally:
+            lf.close()
+        text = str(info.value)
+        assert "Destination is unreachable" in text, text
+        assert "no transport for a connection to a listener" in text and "UCX_TLS=sm" in text, text
+        assert f"127.0.0.1:{lf.port}" in text, text
+
+    run(main())

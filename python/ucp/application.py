@@ -10,7 +10,7 @@ from functools import partial
 
 from . import _ucx_async
 from ._libs import ucx_api
-from ._libs.exceptions import UCXBaseException, UCXError
+from ._libs.exceptions import UCXBaseException, UCXError, UCXUnreachable
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode
 from .ctrl_msg import CtrlMsg
 from .endpoint import Endpoint
@@ -175,11 +175,16 @@ class ApplicationContext:
             peer_info = await exchange_peer_info(
                 ucx_ep, msg_tag, ctrl_tag, listener=False, connect_timeout=self.connect_timeout
             )
-        except BaseException:
+        except BaseException as e:
             try:
                 ucx_ep.close()
             except UCXBaseException:  # the connection failed; the handshake error is the news
                 pass
+            # UCX says only "Destination is unreachable"; where this side's transports are why
+            # (UCX_TLS=sm, say), the error says so.
+            hint = self.worker.unreachable_listener_hint() if isinstance(e, UCXUnreachable) else None
+            if hint:
+                raise UCXUnreachable(f"{e} ({ip}:{port}: {hint})") from e
             raise
         # Our last handshake send usually finishes inline, where UCX-Py's went through a
         # future: yield a few loop iterations so that a listener in this process can finish

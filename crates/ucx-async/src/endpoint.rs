@@ -149,6 +149,23 @@ async fn traced<A: std::fmt::Debug>(
     r
 }
 
+/// A connect's `Unreachable`, with the reason where this side's transports are it (see
+/// `ucx_core::Context::unreachable_listener_hint`): UCX itself says only "Destination is
+/// unreachable".
+fn unreachable_because(worker: &Worker, addr: SocketAddr, e: Error) -> Error {
+    if e.status() != ucx_core::Status::Unreachable {
+        return e;
+    }
+    match worker.core().context().unreachable_listener_hint() {
+        Some(hint) => Error::Ucx(ucx_core::Error::with_detail(
+            "Endpoint::connect",
+            ucx_core::Status::Unreachable,
+            format!("{addr}: {hint}"),
+        )),
+        None => e,
+    }
+}
+
 #[cfg(not(feature = "tracing"))]
 async fn traced<A>(fut: impl Future<Output = Result<Endpoint>>, _what: &'static str, _peer: A) -> Result<Endpoint> {
     fut.await
@@ -167,7 +184,9 @@ impl Endpoint {
             let state = Arc::new(EpState::new());
             let core =
                 ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
-            let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout).await?;
+            let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout)
+                .await
+                .map_err(|e| unreachable_because(worker, addr, e))?;
             Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
         };
         traced(connect, "connect", addr).await

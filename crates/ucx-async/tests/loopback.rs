@@ -641,3 +641,22 @@ async fn posted<T>(
     assert!(pending, "the operation finished at once; the test needs it pending");
     fut
 }
+
+/// A client whose transports cannot carry a connection to a listener (`TLS=sm`: shared
+/// memory only) fails with `Unreachable` and an error that says why and names the setting;
+/// a context with tcp has no such reason to give.
+#[tokio::test]
+async fn a_connect_without_a_transport_for_listeners_says_why() {
+    let ws = Worker::new(&context(), ProgressMode::Event).unwrap();
+    let listener = Listener::bind(&ws, ANY.parse().unwrap()).unwrap();
+    assert_eq!(context().unreachable_listener_hint(), None, "tcp is there");
+    let sm = Context::builder().option("NET_DEVICES", "lo").option("TLS", "sm").build().unwrap();
+    let wc = Worker::new(&sm, ProgressMode::Event).unwrap();
+    let accept = tokio::time::timeout(Duration::from_secs(2), listener.accept());
+    let (_, e) = tokio::join!(accept, Endpoint::connect(&wc, listener.local_addr()));
+    let e = e.expect_err("no transport can reach the listener");
+    assert_eq!(e.status(), Status::Unreachable, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("no transport for a connection to a listener") && text.contains("UCX_TLS=sm"), "{text}");
+    assert!(text.contains(&listener.local_addr().to_string()), "{text}");
+}

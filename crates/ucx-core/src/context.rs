@@ -214,6 +214,29 @@ impl Context {
         })
     }
 
+    /// Why a connection to a listener found its peer unreachable, where this context is the
+    /// cause: none of its transports can carry a client-server connection. UCX makes those
+    /// over tcp or an InfiniBand/RoCE transport, not over shared memory or CUDA transports
+    /// alone (even between processes on one host), so `UCX_TLS=sm`, `UCX_TLS=^tcp` or a
+    /// `UCX_NET_DEVICES` naming no such device leave none. `None` where the cause lies
+    /// elsewhere. For the error of a failed connect.
+    pub fn unreachable_listener_hint(&self) -> Option<String> {
+        let info = self.info();
+        let resources = transport_resources(&info);
+        if resources.iter().any(|r| reaches_listeners(r)) {
+            return None;
+        }
+        let setting = |name: &str| self.inner.config.get(name).map_or("", String::as_str).to_string();
+        Some(format!(
+            "this context has no transport for a connection to a listener, which UCX makes over tcp \
+             or an InfiniBand/RoCE transport (rc, dc, ud); it has {}, from UCX_TLS={} and \
+             UCX_NET_DEVICES={}",
+            if resources.is_empty() { "none".to_string() } else { resources.join(", ") },
+            setting("TLS"),
+            setting("NET_DEVICES"),
+        ))
+    }
+
     /// An opaque identity of the UCX context (its handle, as UCX-Py showed it).
     pub fn id(&self) -> usize {
         self.handle() as usize
@@ -227,5 +250,41 @@ impl Context {
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("handle", &self.inner.handle).field("features", &self.inner.features).finish()
+    }
+}
+
+/// The `transport/device` names of the resources `ucp_context_print_info` lists
+/// (`#      resource 2  :  md 1  dev 2  flags -- tcp/lo`).
+fn transport_resources(info: &str) -> Vec<&str> {
+    info.lines()
+        .filter(|l| l.trim_start_matches(['#', ' ']).starts_with("resource"))
+        .filter_map(|l| l.rsplit_once("-- ").map(|(_, r)| r.trim()))
+        .collect()
+}
+
+/// Whether a `transport/device` resource can carry a client-server connection.
+fn reaches_listeners(resource: &str) -> bool {
+    let tl = resource.split('/').next().unwrap_or("");
+    tl == "tcp" || ["rc", "dc", "ud"].iter().any(|p| tl.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resources_that_carry_listener_connections_are_told_apart() {
+        let info = "#\n# UCP context\n#     component 1  :  tcp\n#            md 1  :  component 1  tcp \n\
+                    #      resource 0  :  md 0  dev 0  flags -- self/memory\n\
+                    #      resource 3  :  md 2  dev 0  flags -- sysv/memory\n\
+                    #      resource 5  :  md 4  dev 0  flags -- cma/memory\n";
+        assert_eq!(transport_resources(info), vec!["self/memory", "sysv/memory", "cma/memory"]);
+        assert!(!transport_resources(info).iter().any(|r| reaches_listeners(r)));
+        for r in ["tcp/lo", "rc_mlx5/mlx5_0:1", "dc_mlx5/mlx5_0:1", "ud_verbs/mlx5_0:1"] {
+            assert!(reaches_listeners(r), "{r}");
+        }
+        for r in ["posix/memory", "cuda_ipc/cuda", "cuda_copy/cuda", "self/memory"] {
+            assert!(!reaches_listeners(r), "{r}");
+        }
     }
 }

@@ -252,6 +252,12 @@ impl Worker {
         })
     }
 
+    /// Why a connection to a listener found its peer unreachable, where this worker's
+    /// context is the cause (no transport that carries one), else None: for the error.
+    fn unreachable_listener_hint(&self) -> Option<String> {
+        self.engine.worker.context().unreachable_listener_hint()
+    }
+
     /// Connects to the worker whose address is `address` (bytes from `Worker.address()`).
     #[pyo3(signature = (address, error_handling = true))]
     fn connect_to_worker(&self, py: Python<'_>, address: &[u8], error_handling: bool) -> PyResult<Endpoint> {
