@@ -62,9 +62,11 @@ class ProgressTask:
 _driver_tasks = weakref.WeakSet()
 
 # The ids of the callbacks live blocking drivers hand their loop (each driver's ``_run`` and
-# ``_on_fd``, bound once), so that ``others_ready`` knows their handles by one set lookup:
-# 0.47 -> 0.2 us a call with two passes ready, as a loop that runs collectives back to back
-# without sleeping has them (``inline_spin_us`` runs on every send, receive and collective).
+# ``_on_fd``, bound once), so that ``others_ready`` knows their handles by one set lookup, as
+# a loop that runs collectives back to back without sleeping has one queued at every call
+# (``inline_spin_us`` runs on every send, receive and collective): a 1-rank barrier 9037 ->
+# 8434 instructions (callgrind). Each driver holds its bound methods, a cycle the garbage
+# collector takes apart once the loop has let go of them (``stop``).
 _driver_callbacks = set()
 
 
