@@ -223,10 +223,10 @@ def test_a_finished_operation_leaves_nothing_queued_on_the_loop(fresh_ucp):
 
 def test_the_spin_rule_tells_the_drivers_passes_from_other_work(fresh_ucp):
     """``others_ready`` (whether an inline spin would delay something on the loop) passes over
-    the blocking driver's queued pass, known by its callback's id, and sees anything else; a
-    stopped driver's callbacks leave the id set, and a pass it left queued still counts as a
-    driver's."""
-    from ucp.continuous_ucx_progress import _driver_callbacks, _drivers, others_ready
+    the blocking driver's queued passes (``_run``, and ``_on_fd`` as the selector queues it),
+    known by the function they call, and sees anything else; a pass a stopped driver left
+    queued still counts as a driver's."""
+    from ucp.continuous_ucx_progress import _drivers, others_ready
 
     async def main():
         lf, client, server = await pair()
@@ -234,17 +234,16 @@ def test_the_spin_rule_tells_the_drivers_passes_from_other_work(fresh_ucp):
         for _ in range(3):
             await asyncio.sleep(0)
         driver = _drivers[ucp.core._get_ctx().worker][loop]
-        assert all(id(cb) in _driver_callbacks for cb in driver._callbacks)
         driver._schedule()
         assert len(loop._ready) == 1 and not others_ready(loop), list(loop._ready)
+        loop.call_soon(driver._on_fd)
+        assert not others_ready(loop), list(loop._ready)
         loop.call_soon(lambda: None)
         assert others_ready(loop)
         await asyncio.sleep(0)
         assert not loop._ready or not others_ready(loop)
-        stale = driver._callbacks
         driver.stop()
-        assert not any(id(cb) in _driver_callbacks for cb in stale)
-        loop.call_soon(stale[0])
+        loop.call_soon(driver._run)
         assert not others_ready(loop), "a stopped driver's queued pass is still a driver's"
         await asyncio.sleep(0)
         lf.close()
