@@ -104,7 +104,7 @@ def _running_loop():
     global _loop_seen
     ref = _loop_seen
     loop = ref() if ref is not None else None
-    if loop is not None and getattr(loop, "_thread_id", None) == threading.get_ident():
+    if loop is not None and getattr(loop, "_thread_id", None) == _get_ident():
         return loop
     loop = asyncio.get_running_loop()
     _loop_seen = weakref.ref(loop)
@@ -115,7 +115,18 @@ def inline_spin_us():
     """How long ``Endpoint.send``/``recv`` may progress the worker before they hand back a
     future: ``spin_us()``, only when nothing else on the running loop is ready to run, which a
     spin would only delay."""
-    return 0 if others_ready(_running_loop()) else SPIN_US
+    # ``_running_loop``'s fast case and ``others_ready``'s empty one inline: this runs on
+    # every send, receive and collective call, and each Python call costs about 0.05 us.
+    ref = _loop_seen
+    loop = ref() if ref is not None else None
+    if loop is None or getattr(loop, "_thread_id", None) != _get_ident():
+        loop = _running_loop()
+    if not getattr(loop, "_ready", None):
+        return SPIN_US
+    return 0 if others_ready(loop) else SPIN_US
+
+
+_get_ident = threading.get_ident
 
 
 class NonBlockingMode(ProgressTask):

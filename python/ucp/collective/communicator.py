@@ -165,6 +165,10 @@ class Communicator:
             if left:
                 await self._finish_native(seq, left, None)
             return
+        await self._allgather_general(mine, out)
+
+    async def _allgather_general(self, mine, out):
+        """``allgather`` as Python steps (more than 1 KiB, or not host memory)."""
         mine = memoryview(mine).cast("B")
         out = memoryview(out).cast("B")
         n = len(mine)
@@ -187,10 +191,8 @@ class Communicator:
         """``alltoallv`` into ``out``, a list made into one bytearray per rank, each resized to
         what that rank sends: called again with the same list, it reuses those bytearrays'
         memory (no allocation once they have grown to their sizes)."""
-        size = self.size
-        if len(parts) != size:
-            raise ValueError(f"{len(parts)} parts for {size} ranks")
-        me = self._rank
+        if len(parts) != len(self._eps):
+            raise ValueError(f"{len(parts)} parts for {len(self._eps)} ranks")
         if self._path != "buffered":
             # One native call (``collective_call``) sends every announcement, a part that
             # rides in it inline and, where no part can go through the bounce pool, a larger
@@ -200,16 +202,31 @@ class Communicator:
             # flight, failed, a part in batches) is settled here (``_finish_native``). Two
             # ranks (examples/python/alltoall.py): 1 KiB 19-20 -> 3.3-4.0 us, 1 MiB
             # 331-389 -> 200-303 us against the Python steps.
+            # 3.11 makes a function's closure cells on every call: the paths that need them
+            # are other methods, so this one makes none (0.1 us a call).
             if self._rooms is None:
-                self._rooms = [bytearray(_native.alltoallv_announce_room(size)) for _ in range(size)]
+                self._new_rooms()
             left = _native.collective_alltoallv(
-                self._native_eps, me, self._seq, parts, out, self._rooms, inline_spin_us(), self._always_direct()
+                self._native_eps, self._rank, self._seq, parts, out, self._rooms, inline_spin_us(),
+                self._always_direct() if self._direct is None else self._direct,
             )
             if left is not None:
                 seq = self._next_seq()
                 if left:
                     await self._finish_native(seq, left, out)
                 return
+        await self._alltoallv_general(parts, out)
+
+    def _new_rooms(self):
+        """Fresh rooms for the native alltoallv's announcements, one per rank."""
+        room = _native.alltoallv_announce_room(self.size)
+        self._rooms = [bytearray(room) for _ in range(self.size)]
+
+    async def _alltoallv_general(self, parts, out):
+        """``alltoallv_into`` as Python steps: parts through the bounce pool, or anything the
+        native call leaves to Python whole."""
+        size = self.size
+        me = self._rank
         parts = [memoryview(p).cast("B") for p in parts]
         # Decided, and checked against the tag layout, before anything is sent: a refused part
         # leaves no peer waiting for half a call.
@@ -435,8 +452,11 @@ class Communicator:
         the largest part to every peer as one message (the ``direct`` path, or ``auto`` where
         no peer's transports would choose the pool)."""
         if self._direct is None:
-            self._direct = all(self._batch_for(r, 1 << 62) == 0 for r in range(self.size) if r != self._rank)
+            self._direct = not any(self._batch_for(r, 1 << 62) for r in self._other_ranks())
         return self._direct
+
+    def _other_ranks(self):
+        return [r for r in range(self.size) if r != self._rank]
 
     def _batch_for(self, r, nbytes):
         """The batch size this rank sends ``nbytes`` to rank ``r`` in (0: one message)."""
