@@ -72,18 +72,30 @@ pub(crate) async fn join_posted<F: Future>(futures: impl IntoIterator<Item = F>)
     outputs.into_iter().map(|out| out.expect("an output for every future")).collect()
 }
 
+/// Futures pinned together in one allocation (a `Vec` of them becomes it without another),
+/// not one box each: a call over N peers would otherwise allocate N times.
+type Pinned<F> = Pin<Box<[F]>>;
+
+/// Each of `futures`, pinned.
+fn each_pinned<F>(futures: &mut Pinned<F>) -> impl Iterator<Item = Pin<&mut F>> {
+    // SAFETY: the slice is pinned and never moved out of; each element is handed out pinned
+    // (a structural projection), and none is moved while pinned: the slice is only dropped
+    // in place.
+    unsafe { futures.as_mut().get_unchecked_mut() }.iter_mut().map(|f| unsafe { Pin::new_unchecked(f) })
+}
+
 /// Polls each future once without spinning (stopping early at an output `stop` accepts);
 /// returns them with the outputs of those that finished.
 async fn post<F: Future>(
     futures: impl IntoIterator<Item = F>,
     stop: impl Fn(&F::Output) -> bool,
-) -> (Vec<Pin<Box<F>>>, Vec<Option<F::Output>>) {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+) -> (Pinned<F>, Vec<Option<F::Output>>) {
+    let mut futures: Pinned<F> = Box::into_pin(futures.into_iter().collect::<Vec<F>>().into_boxed_slice());
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
         let _posting = Posting::enter();
-        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Poll::Ready(r) = f.as_mut().poll(cx) {
+        for (f, out) in each_pinned(&mut futures).zip(outputs.iter_mut()) {
+            if let Poll::Ready(r) = f.poll(cx) {
                 let last = stop(&r);
                 *out = Some(r);
                 if last {
@@ -106,17 +118,17 @@ async fn post<F: Future>(
 /// one spin runs out of budget, the rest are only checked (a spin progresses the worker for
 /// all of them, so spinning again for each would only multiply the wait before sleeping).
 async fn finish<F: Future>(
-    futures: &mut [Pin<Box<F>>],
+    futures: &mut Pinned<F>,
     outputs: &mut [Option<F::Output>],
     stop: impl Fn(&F::Output) -> bool,
 ) -> Option<usize> {
     std::future::poll_fn(|cx| {
         let mut quiet = None;
-        for (i, (f, out)) in futures.iter_mut().zip(outputs.iter_mut()).enumerate() {
+        for (i, (f, out)) in each_pinned(futures).zip(outputs.iter_mut()).enumerate() {
             if out.is_some() {
                 continue;
             }
-            match f.as_mut().poll(cx) {
+            match f.poll(cx) {
                 Poll::Ready(r) => {
                     let last = stop(&r);
                     *out = Some(r);

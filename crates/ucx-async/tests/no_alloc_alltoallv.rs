@@ -1,6 +1,7 @@
 //! `alltoallv` allocates per call, never per message: its allocations (counted with a global
-//! allocator, two ranks in this process) are the same whether a part is one message or many,
-//! on the direct path and through the bounce-buffer pool. One test per binary.
+//! allocator, the ranks in this process) are the same whether a part is one message or many,
+//! on the direct path and through the bounce-buffer pool, and a rank's are the same with 4
+//! ranks as with 2. One test per binary.
 
 #[path = "../../ucx-core/tests/common/counting_alloc.rs"]
 mod counting_alloc;
@@ -34,8 +35,37 @@ const CALLS: usize = 50;
 const ROUNDS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
-    let ranks = 2;
+async fn allocations_per_call_grow_neither_with_the_messages_of_a_part_nor_with_the_peers() {
+    let counts = measure(2, &SHAPES).await;
+    // Rank 0 counted from before the first barrier to after the second: all ranks' calls.
+    let median = |rounds: &Vec<f64>| {
+        let mut r = rounds.clone();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
+    let highest = |rounds: &Vec<f64>| rounds.iter().copied().fold(f64::MIN, f64::max);
+    let c: Vec<f64> = counts.iter().map(median).collect();
+    let report: Vec<String> =
+        SHAPES.iter().zip(&counts).zip(&c).map(|((s, r), n)| format!("{}: {n:.1} (rounds {r:.1?})", s.0)).collect();
+    eprintln!("allocations per call, both ranks: {report:?}");
+    // One more allocation per call is noise (a runtime's own); one per message would be 2 (one
+    // rendezvous message each way) to 480 more here.
+    assert!(c[1] <= highest(&counts[0]) + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
+    assert!(c[3] <= highest(&counts[2]) + 1.0, "256 batches allocate more than 16: {report:?}");
+    // Per rank, 4 ranks against 2: one allocation per peer (a future boxed each, as
+    // `join_all` keeps them) would be 2 more a rank and call.
+    let four = measure(4, &SHAPES[..1]).await;
+    let (per_rank_2, per_rank_4) = (highest(&counts[0]) / 2.0, median(&four[0]) / 4.0);
+    eprintln!("allocations per call and rank, inline parts: 2 ranks {per_rank_2:.1}, 4 ranks {per_rank_4:.1}");
+    assert!(
+        per_rank_4 <= per_rank_2 + 1.0,
+        "a rank's call allocates more with more peers: {per_rank_4:.1} with 4 ranks, {per_rank_2:.1} with 2"
+    );
+}
+
+/// The allocations per call of `ranks` ranks together, per shape of `shapes`, one per round.
+async fn measure(ranks: usize, shapes: &[(&'static str, usize, DataPath, usize)]) -> Vec<Vec<f64>> {
+    let shapes = shapes.to_vec();
     let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
     let workers: Vec<Worker> = (0..ranks).map(|_| Worker::new(&ctx, ProgressMode::Event).unwrap()).collect();
     let mut listener = Some(Listener::bind(&workers[0], "127.0.0.1:0".parse().unwrap()).unwrap());
@@ -43,17 +73,17 @@ async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
     let barrier = Arc::new(Barrier::new(ranks));
     let mut tasks = Vec::new();
     for (rank, w) in workers.into_iter().enumerate() {
-        let (listener, barrier) = (listener.take(), barrier.clone());
+        let (listener, barrier, shapes) = (listener.take(), barrier.clone(), shapes.clone());
         tasks.push(tokio::spawn(async move {
             let mut comm = match listener {
                 Some(l) => Communicator::serve(&w, &l, ranks).await,
                 None => Communicator::bootstrap(&w, rank, ranks, root).await,
             }
             .unwrap();
-            let mut per_call = vec![Vec::new(); SHAPES.len()];
+            let mut per_call = vec![Vec::new(); shapes.len()];
             let mut out = Vec::new();
             for _ in 0..ROUNDS {
-                for (k, (_, size, path, batch)) in SHAPES.into_iter().enumerate() {
+                for (k, &(_, size, path, batch)) in shapes.iter().enumerate() {
                     comm.set_data_path(path);
                     comm.set_bounce(Bounce { batch, depth: 4 }).unwrap();
                     let parts: Vec<Vec<u8>> = (0..ranks).map(|dst| vec![(rank * ranks + dst) as u8; size]).collect();
@@ -85,19 +115,5 @@ async fn allocations_per_call_do_not_grow_with_the_messages_of_a_part() {
     for t in tasks {
         counts.push(tokio::time::timeout(Duration::from_secs(120), t).await.expect("no rank hangs").unwrap());
     }
-    // Rank 0 counted from before the first barrier to after the second: both ranks' calls.
-    let median = |rounds: &Vec<f64>| {
-        let mut r = rounds.clone();
-        r.sort_by(f64::total_cmp);
-        r[r.len() / 2]
-    };
-    let highest = |rounds: &Vec<f64>| rounds.iter().copied().fold(f64::MIN, f64::max);
-    let c: Vec<f64> = counts[0].iter().map(median).collect();
-    let report: Vec<String> =
-        SHAPES.iter().zip(&counts[0]).zip(&c).map(|((s, r), n)| format!("{}: {n:.1} (rounds {r:.1?})", s.0)).collect();
-    eprintln!("allocations per call, both ranks: {report:?}");
-    // One more allocation per call is noise (a runtime's own); one per message would be 2 (one
-    // rendezvous message each way) to 480 more here.
-    assert!(c[1] <= highest(&counts[0][0]) + 1.0, "a rendezvous part allocates more than an inline one: {report:?}");
-    assert!(c[3] <= highest(&counts[0][2]) + 1.0, "256 batches allocate more than 16: {report:?}");
+    counts.swap_remove(0)
 }
