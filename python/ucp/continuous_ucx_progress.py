@@ -13,6 +13,8 @@ import os
 import threading
 import weakref
 
+_get_ident = threading.get_ident
+
 # How long (microseconds) a blocking-mode pass keeps progressing for an awaited operation
 # before sleeping on the fd, because waking from the fd costs more than a reply over shared
 # memory takes (docs/spin.md has the figures). 0 disables it.
@@ -125,8 +127,6 @@ def inline_spin_us():
         return SPIN_US
     return 0 if others_ready(loop) else SPIN_US
 
-
-_get_ident = threading.get_ident
 
 
 class NonBlockingMode(ProgressTask):
