@@ -204,7 +204,7 @@ class Communicator:
             # 331-389 -> 200-303 us against the Python steps.
             # 3.11 makes a function's closure cells on every call: the paths that need them
             # are other methods, so this one makes none (with `_always_direct` asked only
-            # once: 1.78 -> 1.53 us a 1-rank call, scripts/bench_collective_overhead.py).
+            # once: 1.50-1.55 -> 1.23-1.30 us a 1-rank call, scripts/bench_collective_overhead.py).
             if self._rooms is None:
                 self._new_rooms()
             left = _native.collective_alltoallv(
