@@ -467,3 +467,24 @@ def test_the_bootstrap_talks_on_a_worker_of_its_own(fresh_ucp):
             boot._stop()
 
     asyncio.run(main())
+
+
+def test_the_bootstrap_leaves_no_pass_of_its_stopped_driver_queued(fresh_ucp):
+    """The bootstrap's worker is stopped once the ranks are connected; a pass its driver had
+    queued does nothing when it runs, and the bootstrap lets it run before returning, so
+    collectives that complete without suspending do not find it queued at every call's spin
+    decision (``inline_spin_us``)."""
+    import asyncio
+
+    from ucp.collective import Communicator
+
+    async def main():
+        comm = await Communicator.bootstrap(0, 1, "127.0.0.1", free_port(), error_handling=False)
+        loop = asyncio.get_running_loop()
+        stopped = [
+            h for h in loop._ready if getattr(getattr(h._callback, "__self__", None), "_fd", 0) is None
+        ]
+        assert not stopped, f"passes of a stopped driver still queued: {stopped}"
+        await comm.close()
+
+    asyncio.run(main())

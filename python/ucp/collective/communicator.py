@@ -110,6 +110,10 @@ class Communicator:
                 ep.abort()  # control message nobody receives
         finally:
             ctx._stop()  # the bootstrap's worker is not progressed again, failed or not
+        # One pass of the loop runs what the bootstrap left queued (its stopped driver's
+        # pass): collectives that complete without suspending never would, and every call's
+        # spin rule (`inline_spin_us`) would look at it (0.1 us a call).
+        await asyncio.sleep(0)
         return comm
 
     def _peer(self, rank):
