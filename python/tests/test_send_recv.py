@@ -251,6 +251,28 @@ def test_the_spin_rule_tells_the_drivers_passes_from_other_work(fresh_ucp):
     run(main())
 
 
+def test_the_spin_rule_passes_over_a_non_blocking_drivers_step(fresh_ucp):
+    """A non-blocking driver's next step (its asyncio task's, a step that is no bound method,
+    queued at every loop iteration) is the driver's, not other work: with only it queued,
+    ``others_ready`` is false, and the inline spin still runs."""
+    from ucp.continuous_ucx_progress import others_ready
+
+    ucp.init(blocking_progress_mode=False)
+
+    async def main():
+        lf, client, server = await pair()
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)
+        assert loop._ready, "the driver's step is queued"
+        assert not others_ready(loop), list(loop._ready)
+        loop.call_soon(lambda: None)
+        assert others_ready(loop)
+        await asyncio.sleep(0)
+        lf.close()
+
+    run(main())
+
+
 def test_the_spin_rule_finds_the_running_loop_of_this_thread_only():
     """``inline_spin_us`` remembers the loop it last found (asyncio's own lookup makes a
     system call on 3.11); it must still answer with the loop running in the calling thread:
