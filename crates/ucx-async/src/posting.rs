@@ -53,12 +53,8 @@ pub async fn try_join_posted<F, T, E>(futures: impl IntoIterator<Item = F>) -> R
 where
     F: Future<Output = Result<T, E>>,
 {
-    let is_err = |r: &Result<T, E>| r.is_err();
-    let (mut futures, mut outputs) = post(futures, is_err).await;
-    if let Some(Some(Err(e))) = outputs.iter_mut().find(|o| matches!(o, Some(Err(_)))).map(Option::take) {
-        return Err(e);
-    }
-    if let Some(Some(Err(e))) = finish(&mut futures, &mut outputs, is_err).await.map(|i| outputs[i].take()) {
+    let (mut outputs, stopped) = join_in_place(futures, |r: &Result<T, E>| r.is_err()).await;
+    if let Some(Some(Err(e))) = stopped.map(|i| outputs[i].take()) {
         return Err(e);
     }
     outputs.into_iter().map(|out| out.expect("an output for every future")).collect()
@@ -67,8 +63,7 @@ where
 /// [`try_join_posted`] without the short cut: waits for every future, whatever the others
 /// returned (for receives that must all settle before their buffers can be given back).
 pub(crate) async fn join_posted<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let (mut futures, mut outputs) = post(futures, |_| false).await;
-    finish(&mut futures, &mut outputs, |_| false).await;
+    let (outputs, _) = join_in_place(futures, |_| false).await;
     outputs.into_iter().map(|out| out.expect("an output for every future")).collect()
 }
 
@@ -84,70 +79,68 @@ fn each_pinned<F>(futures: &mut Pinned<F>) -> impl Iterator<Item = Pin<&mut F>> 
     unsafe { futures.as_mut().get_unchecked_mut() }.iter_mut().map(|f| unsafe { Pin::new_unchecked(f) })
 }
 
-/// Polls each future once without spinning (stopping early at an output `stop` accepts);
-/// returns them with the outputs of those that finished.
-async fn post<F: Future>(
+/// Runs `futures` in place, as `join_all` would poll them but without its allocations, so
+/// that whether a call allocates does not depend on whether its operations finished while
+/// being posted (`tests/no_alloc_alltoallv.rs`). First one pass without spinning (posting),
+/// then at once and each time this task wakes a pass over those still pending, until every
+/// one has an output or one's output is one `stop` accepts (its index is returned; the rest
+/// are dropped, which cancels them).
+async fn join_in_place<F: Future>(
     futures: impl IntoIterator<Item = F>,
     stop: impl Fn(&F::Output) -> bool,
-) -> (Pinned<F>, Vec<Option<F::Output>>) {
+) -> (Vec<Option<F::Output>>, Option<usize>) {
     let mut futures: Pinned<F> = Box::into_pin(futures.into_iter().collect::<Vec<F>>().into_boxed_slice());
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let _posting = Posting::enter();
-        for (f, out) in each_pinned(&mut futures).zip(outputs.iter_mut()) {
-            if let Poll::Ready(r) = f.poll(cx) {
+    let mut posted = false;
+    let stopped = std::future::poll_fn(|cx| {
+        if !posted {
+            posted = true;
+            let _posting = Posting::enter();
+            if let Poll::Ready(Some(i)) = pass(&mut futures, &mut outputs, &stop, cx) {
+                return Poll::Ready(Some(i));
+            }
+        }
+        pass(&mut futures, &mut outputs, &stop, cx)
+    })
+    .await;
+    (outputs, stopped)
+}
+
+/// One pass over the futures that have no output yet: `Ready(Some(i))` at an output `stop`
+/// accepts, `Pending` while any is pending, else `Ready(None)`.
+///
+/// Futures spin in turn while each spin ends with its operation done; once one spin runs out
+/// of budget, the rest of the pass only checks (a spin progresses the worker for all of them,
+/// so spinning again for each would only multiply the wait before sleeping).
+fn pass<F: Future>(
+    futures: &mut Pinned<F>,
+    outputs: &mut [Option<F::Output>],
+    stop: &impl Fn(&F::Output) -> bool,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Option<usize>> {
+    let mut quiet = None;
+    for (i, (f, out)) in each_pinned(futures).zip(outputs.iter_mut()).enumerate() {
+        if out.is_some() {
+            continue;
+        }
+        match f.poll(cx) {
+            Poll::Ready(r) => {
                 let last = stop(&r);
                 *out = Some(r);
                 if last {
-                    break;
+                    return Poll::Ready(Some(i));
                 }
             }
-        }
-        Poll::Ready(())
-    })
-    .await;
-    (futures, outputs)
-}
-
-/// Polls the futures that have no output yet, each time this task wakes, until every one has
-/// (or until an output `stop` accepts: its index is returned). In place, as `join_all` would
-/// poll them but without its allocations: whether a call allocates then does not depend on
-/// whether its operations finished while being posted (`tests/no_alloc_alltoallv.rs`).
-///
-/// Within one pass, futures spin in turn while each spin ends with its operation done; once
-/// one spin runs out of budget, the rest are only checked (a spin progresses the worker for
-/// all of them, so spinning again for each would only multiply the wait before sleeping).
-async fn finish<F: Future>(
-    futures: &mut Pinned<F>,
-    outputs: &mut [Option<F::Output>],
-    stop: impl Fn(&F::Output) -> bool,
-) -> Option<usize> {
-    std::future::poll_fn(|cx| {
-        let mut quiet = None;
-        for (i, (f, out)) in each_pinned(futures).zip(outputs.iter_mut()).enumerate() {
-            if out.is_some() {
-                continue;
-            }
-            match f.poll(cx) {
-                Poll::Ready(r) => {
-                    let last = stop(&r);
-                    *out = Some(r);
-                    if last {
-                        return Poll::Ready(Some(i));
-                    }
-                }
-                Poll::Pending => {
-                    quiet.get_or_insert_with(Posting::enter);
-                }
+            Poll::Pending => {
+                quiet.get_or_insert_with(Posting::enter);
             }
         }
-        if quiet.is_some() {
-            Poll::Pending
-        } else {
-            Poll::Ready(None)
-        }
-    })
-    .await
+    }
+    if quiet.is_some() {
+        Poll::Pending
+    } else {
+        Poll::Ready(None)
+    }
 }
 
 #[cfg(test)]

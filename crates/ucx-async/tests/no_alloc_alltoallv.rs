@@ -29,7 +29,7 @@ const SHAPES: [(&str, usize, DataPath, usize); 4] = [
 const CALLS: usize = 50;
 /// Each shape is measured this many times, judged by its median against the highest round of
 /// the shape it is compared with. The counts no longer depend on how many operations finished
-/// while being posted (`posting::finish` polls the rest in place, where `join_all` allocated
+/// while being posted (`posting::join_in_place` polls the rest in place, where `join_all` allocated
 /// only when some were left: up to 3 fewer a call, as many as one message more would add,
 /// which made this test flaky under load); what is left between rounds is the runtime's own.
 const ROUNDS: usize = 3;
