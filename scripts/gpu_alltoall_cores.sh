@@ -10,7 +10,10 @@
 #   bash scripts/gpu_alltoall_cores.sh             # there, after the harness's set-up
 #                                                  # (`bash .gpu/run.sh info`) unpacked ucp and UCX
 # Settings: RANKS ("4 8"), SIZES ("1024 1048576 4194304 16777216"), ROUNDS (3), ITERS (200),
-# GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu).
+# MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
+# spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
+# MPI does), GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
+# an H200 machine (session 26); with MODES="event polling", use fewer sizes.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -40,9 +43,13 @@ chmod +x "$OPAL_PREFIX"/bin/*
 export LD_LIBRARY_PATH="$W/site/libucx/lib:$OPAL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$W/site:$MPI_DIR/site${PYTHONPATH:+:$PYTHONPATH}" UCXPY_IFNAME=lo PYTHONUNBUFFERED=1
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u +%FT%TZ)"
-for ranks in ${RANKS:-4 8}; do
-    # shellcheck disable=SC2086 # a list of sizes
-    python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
-        --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --rust-bin "$EXTRA/alltoall" --python python3 \
-        --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3
+for mode in ${MODES:-event}; do
+    for ranks in ${RANKS:-4 8}; do
+        echo "## $mode"
+        # shellcheck disable=SC2086 # a list of sizes
+        (if [ "$mode" = polling ]; then export UCXPY_NON_BLOCKING_MODE=1; fi
+            python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
+                --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --mode "$mode" --rust-bin "$EXTRA/alltoall" \
+                --python python3 --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3)
+    done
 done
