@@ -20,7 +20,9 @@
 #   py_overhead.txt      scripts/bench_py_overhead.py on CuPy arrays: per side, the time a ucp
 #                        round trip spends outside the native calls (Python, asyncio);
 #   intake.txt           scripts/bench_cuda_intake.py: per call, what taking a CuPy array costs
-#                        (its interface dict, the stream wait's driver calls).
+#                        (its interface dict, the stream wait's driver calls);
+#   alltoall_cores.txt   scripts/gpu_alltoall_cores.sh (not a default step; needs .gpu-extra/
+#                        carried too): alltoallv against Open MPI on the machine's CPUs.
 # Run from the project root on the GPU machine, after `bash ../shared/gpu/prepare.sh` built
 # .gpu/ here: OUT=/some/dir bash scripts/gpu_figures.sh. Stops itself by DEADLINE_S (560 s); a
 # step that would not fit is skipped and says so in $OUT/steps.txt. About 7 minutes in all.
@@ -74,6 +76,7 @@ step like-for-like 60 env MEM=cuda bash scripts/bench_ucp_vs_perftest.sh >"$OUT/
 step py-overhead 30 python3 scripts/bench_py_overhead.py --memory cuda --sizes 8,1048576,67108864 --rounds 1000 \
     --no-error-handling >"$OUT/py_overhead.txt" 2>&1
 step intake 15 python3 scripts/bench_cuda_intake.py >"$OUT/intake.txt" 2>&1
+step alltoall-cores 60 bash scripts/gpu_alltoall_cores.sh >"$OUT/alltoall_cores.txt" 2>&1
 
 # shellcheck source=scripts/perftest.sh
 source scripts/perftest.sh
@@ -93,6 +96,6 @@ step like-for-like-cache-y 60 env MEM=cuda UCX_MEMTYPE_CACHE=y bash scripts/benc
 step spin 40 env MEM=cuda SIZES="8 1048576" UCXPY_SPIN_US=1000 bash scripts/bench_ucp_vs_perftest.sh \
     >"$OUT/spin.txt" 2>&1
 cat "$OUT/steps.txt"
-for f in summary.txt rust_tests.txt device_spin.txt like_for_like.txt py_overhead.txt intake.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
+for f in summary.txt rust_tests.txt device_spin.txt like_for_like.txt py_overhead.txt intake.txt alltoall_cores.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do
     [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }
 done
