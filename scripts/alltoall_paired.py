@@ -9,7 +9,11 @@ ratio (MPI's time / ours: above 1.0, ours is faster) as min / median / max with 
 Sides (all without peer error handling, as MPI's, so UCX may use shared memory and CMA):
   rust    examples/alltoall.rs (--mode, default event: sleeping on the wakeup fd)
   python  examples/python/alltoall.py under python -m ucp.launch
-  mpi     scripts/alltoallv_mpi.py (mpi4py, Open MPI's defaults: shared memory, polling)
+  mpi-ucx the same under Open MPI's UCX layer (`--mca pml ucx`) on the UCX library ucp loads
+          (--ucx-lib): Open MPI's Alltoallv on our transport, the like-for-like peer, which
+          tells what UCX itself costs against Open MPI's own shared memory
+  mpi     scripts/alltoallv_mpi.py (mpi4py, Open MPI's defaults: shared memory, polling), the
+          side every other is compared with, unless --against mpi-ucx
 
 Run from the repository root after scripts/setup.sh, with .venv-mpi made as
 scripts/bench_alltoall.sh makes it:
@@ -37,13 +41,28 @@ def commands(a, side, size):
     if side == "python":
         launch = [a.python, "-m", "ucp.launch", "-n", str(a.ranks)]
         return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
-    return [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(a.ranks),
-            a.mpi_python, str(ROOT / "scripts/alltoallv_mpi.py"), str(size), str(a.iters), str(size)]
+    mpi = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(a.ranks)]
+    if side == "mpi-ucx":
+        # Open MPI's UCX layer accepts only network devices unless told otherwise; the library
+        # path puts ucp's UCX before the one Open MPI's wheel carries (its RUNPATH yields to it).
+        mpi += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
+                "-x", "LD_LIBRARY_PATH"]
+    return [*mpi, a.mpi_python, str(ROOT / "scripts/alltoallv_mpi.py"), str(size), str(a.iters), str(size)]
+
+
+def ucx_lib(a):
+    """The directory of the UCX libraries ucp loads (--ucx-lib, else the libucx wheel's)."""
+    if not a.ucx_lib:
+        where = "import libucx, os; print(os.path.join(os.path.dirname(libucx.__file__), 'lib'))"
+        a.ucx_lib = subprocess.run([a.python, "-c", where], capture_output=True, text=True, check=True).stdout.strip()
+    return a.ucx_lib
 
 
 def run(a, side, size):
     """One run: the median µs per call it reports for `size`."""
     env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
+    if side == "mpi-ucx":
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [ucx_lib(a), env.get("LD_LIBRARY_PATH")]))
     cmd = commands(a, side, size)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in p.stdout.splitlines():
@@ -59,34 +78,39 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 1 << 20], help="bytes per pair")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=200, help="timed calls per run (a quarter above 4 MiB)")
-    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "python"])
+    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "python", "mpi-ucx"])
     ap.add_argument("--mode", default="event", choices=["event", "polling", "adaptive"], help="the Rust side's")
     ap.add_argument("--rust-bin", default=str(ROOT / "target/release/examples/alltoall"))
     ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the Python that imports ucp")
     ap.add_argument("--mpirun", default=str(ROOT / ".venv-mpi/bin/mpirun"))
     ap.add_argument("--mpi-python", default=str(ROOT / ".venv-mpi/bin/python"), help="the Python with mpi4py")
+    ap.add_argument("--against", default="mpi", choices=["mpi", "mpi-ucx"],
+                    help="the side each is compared with (mpi-ucx: the like-for-like row)")
+    ap.add_argument("--ucx-lib", help="the UCX libraries for mpi-ucx (default: those of --python's libucx)")
     a = ap.parse_args()
     if a.rounds < 1 or a.ranks < 1 or a.iters < 1 or any(s < 1 for s in a.sizes):
         ap.error("--rounds, --ranks, --iters and every size must be at least 1")
+    if a.against in a.sides:
+        ap.error(f"--sides names {a.against}, the side the others are compared with")
+    ref = "MPI" if a.against == "mpi" else "MPI over UCX"
     print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING=none, "
-          f"Rust --mode {a.mode}; MPI's time / ours per round (> 1: ours faster)")
-    print("| size per pair | side | ours µs (median of rounds) | MPI µs | ratio min / median / max | rounds won |")
+          f"Rust --mode {a.mode}; {ref}'s time / ours per round (> 1: ours faster)")
+    print(f"| size per pair | side | ours µs (median of rounds) | {ref} µs | ratio min / median / max | rounds won |")
     print("|---|---|---|---|---|---|")
     for size in a.sizes:
         for side in a.sides:
-            ours, mpi = [], []
+            ours, theirs = [], []
             for k in range(a.rounds):
-                order = [side, "mpi"] if k % 2 == 0 else ["mpi", side]
+                order = [side, a.against] if k % 2 == 0 else [a.against, side]
                 for s in order:
-                    (ours if s == side else mpi).append(run(a, s, size))
-                print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, MPI {mpi[-1]} µs",
+                    (ours if s == side else theirs).append(run(a, s, size))
+                print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, {ref} {theirs[-1]} µs",
                       file=sys.stderr, flush=True)
-            ratios = sorted(m / o for o, m in zip(ours, mpi))
+            ratios = sorted(m / o for o, m in zip(ours, theirs))
             won = sum(r >= 1.0 for r in ratios)
-            print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(mpi):.1f} | "
+            print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | "
                   f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |",
                   flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,11 @@
 #                                                  # wheels for Python 3.12), ignored by git
 #   bash scripts/gpu_alltoall_cores.sh             # there, after the harness's set-up
 #                                                  # (`bash .gpu/run.sh info`) unpacked ucp and UCX
+# First it prints the protocols UCX picks there for a tag send of host memory between two
+# ranks (UCX_PROTO_INFO): which transport and scheme carries each size decides what the sizes
+# measure.
 # Settings: RANKS ("4 8"), SIZES ("1024 1048576 4194304 16777216"), ROUNDS (3), ITERS (200),
+# SIDES ("rust python"; add mpi-ucx for Open MPI over this UCX, the like-for-like peer),
 # MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
 # spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
 # MPI does), GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
@@ -43,6 +47,11 @@ chmod +x "$OPAL_PREFIX"/bin/*
 export LD_LIBRARY_PATH="$W/site/libucx/lib:$OPAL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$W/site:$MPI_DIR/site${PYTHONPATH:+:$PYTHONPATH}" UCXPY_IFNAME=lo PYTHONUNBUFFERED=1
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u +%FT%TZ)"
+echo "## UCX's protocols for a tag send of host memory between two ranks (UCX_PROTO_INFO=y)"
+rm -rf /tmp/gpu-alltoall-proto && mkdir -p /tmp/gpu-alltoall-proto
+UCX_LOG_FILE=/tmp/gpu-alltoall-proto/ucx.%p.log UCX_PROTO_INFO=y UCXA_ERROR_HANDLING=none UCX_NET_DEVICES=lo \
+    timeout 60 "$EXTRA/alltoall" --ranks 2 --min-size 1048576 --max-size 1048576 --iters 3 >/dev/null 2>&1
+cat /tmp/gpu-alltoall-proto/ucx.*.log 2>/dev/null | python3 scripts/ucx_proto_table.py
 for mode in ${MODES:-event}; do
     for ranks in ${RANKS:-4 8}; do
         echo "## $mode"
@@ -50,6 +59,7 @@ for mode in ${MODES:-event}; do
         (if [ "$mode" = polling ]; then export UCXPY_NON_BLOCKING_MODE=1; fi
             python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
                 --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --mode "$mode" --rust-bin "$EXTRA/alltoall" \
-                --python python3 --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3)
+                --python python3 --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3 \
+                --sides ${SIDES:-rust python} --ucx-lib "$W/site/libucx/lib")
     done
 done
