@@ -22,7 +22,7 @@ use ucx_async::{Communicator, ProgressMode, Worker};
 
 const USAGE: &str = "usage: alltoall [--ranks N] [--min-size BYTES] [--max-size BYTES] [--iters N]
                 [--mode event|polling|adaptive]
-                [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto]
+                [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto] [--bare]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from --min-size (default 1 KiB)
 up to --max-size (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
@@ -34,6 +34,10 @@ UCXA_ERROR_HANDLING=none: the ranks' endpoints have no peer error handling, as M
 then use shared memory with CMA's single copy; a rank's death ends the job).
 --net-devices auto: each rank uses the network devices nearest its local rank's GPU (else its
 CPUs), unless UCX_NET_DEVICES is set.
+--bare: every other timed call is instead a bare exchange of the same parts (each sent with
+Communicator::send and received into a buffer of its known size, all posted before any waits;
+no announcements), reported on a second RESULT line (impl=bare): the communicator's protocol
+against UCX's tag transfers alone, in the same process and minutes.
 
 alltoall --plot-from FILE --plot OUT.svg: no run; plots FILE's lines `SIZE GBPS NAME...`
 (scripts/bench_alltoall.sh writes them, for ours and MPI) as throughput against size.";
@@ -60,11 +64,12 @@ fn main() -> ExitCode {
         }
     };
     let bounce = Bounce { batch: opt("--batch").unwrap_or(Bounce::default().batch), ..Bounce::default() };
+    let bare = args.iter().any(|a| a == "--bare");
     if std::env::var_os("RANK").is_none() {
         return launch::run_ranks("alltoall", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(min..=max, iters, mode, path, bounce, &args)) {
+    match rt.block_on(rank_main(min..=max, iters, mode, path, bounce, bare, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
@@ -79,6 +84,7 @@ async fn rank_main(
     mode: ProgressMode,
     path: DataPath,
     bounce: Bounce,
+    bare: bool,
     args: &[String],
 ) -> ucx_async::Result<()> {
     let ctx = launch::rank_context(args, USAGE)?;
@@ -104,31 +110,65 @@ async fn rank_main(
         for _ in 0..((4 << 20) / size).clamp(3, 1000) {
             comm.alltoallv_into(&refs, &mut got).await?;
         }
-        let mut times = Vec::with_capacity(n);
-        for _ in 0..n {
+        // [communicator's calls, bare exchanges], taken in turn under --bare.
+        let mut times = [Vec::with_capacity(n), Vec::with_capacity(if bare { n } else { 0 })];
+        for call in 0..if bare { 2 * n } else { n } {
+            let which = if bare { call % 2 } else { 0 };
             comm.barrier().await?;
             let t = Instant::now();
-            comm.alltoallv_into(&refs, &mut got).await?;
+            if which == 0 {
+                comm.alltoallv_into(&refs, &mut got).await?;
+            } else {
+                bare_exchange(&comm, &refs, &mut got, (call % (1 << 30)) as u32).await?;
+            }
             let mine = (t.elapsed().as_nanos() as u64).to_le_bytes();
             debug_assert!(got.iter().enumerate().all(|(s, b)| b.len() == size && b[0] == (s * ranks + rank) as u8));
             let mut all = vec![0u8; 8 * ranks];
             comm.allgather(&mine, &mut all).await?;
             let slowest = all.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).max();
-            times.push(slowest.unwrap_or(0));
+            times[which].push(slowest.unwrap_or(0));
         }
-        times.sort_unstable();
-        let median_ns = times[times.len() / 2].max(1);
-        if rank == 0 {
-            let moved = (ranks * (ranks - 1) * size) as f64;
-            println!(
-                "RESULT impl=ucx-async mode={mode:?} ranks={ranks} size={size} median_us={:.1} gbps={:.3}",
-                median_ns as f64 / 1e3,
-                moved / median_ns as f64
-            );
+        for (times, name) in times.iter_mut().zip(["ucx-async", "bare"]).filter(|(t, _)| !t.is_empty()) {
+            times.sort_unstable();
+            let median_ns = times[times.len() / 2].max(1);
+            if rank == 0 {
+                let moved = (ranks * (ranks - 1) * size) as f64;
+                println!(
+                    "RESULT impl={name} mode={mode:?} ranks={ranks} size={size} median_us={:.1} gbps={:.3}",
+                    median_ns as f64 / 1e3,
+                    moved / median_ns as f64
+                );
+            }
         }
         size *= 4;
     }
     comm.close().await
+}
+
+/// `--bare`'s exchange: `refs[r]` to rank `r` with [`Communicator::send`], and into `got[r]`
+/// (already as long as what rank `r` sends: the sizes are known, as MPI's `Alltoallv` is told
+/// them) what rank `r` sent, with [`Communicator::recv`]; every operation posted before any
+/// waits, this rank's own part copied last, as `alltoallv_into` orders them. No announcements.
+async fn bare_exchange(comm: &Communicator, refs: &[&[u8]], got: &mut [Vec<u8>], tag: u32) -> ucx_async::Result<()> {
+    let me = comm.rank();
+    let mut order: Vec<_> = got.iter_mut().zip(refs).enumerate().collect();
+    let own = order.remove(me);
+    order.push(own);
+    let transfers = order.into_iter().map(|(r, (buf, part))| async move {
+        if r == me {
+            buf.clear();
+            buf.extend_from_slice(part);
+            return Ok(());
+        }
+        let want = buf.len();
+        let (_, n) = tokio::try_join!(comm.send(r, *part, tag), comm.recv(r, &mut buf[..], tag))?;
+        if n != want {
+            let detail = format!("rank {r} sent {n} bytes where {want} were expected");
+            return Err(ucx_async::Error::Protocol { op: "alltoall --bare", detail });
+        }
+        Ok(())
+    });
+    ucx_async::try_join_posted(transfers).await.map(drop)
 }
 
 /// `--plot-from FILE --plot OUT.svg`: GB/s against size, a line per name in FILE.
