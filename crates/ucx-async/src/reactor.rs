@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use ucx_core::Armed;
 
 use crate::op::Load;
+use crate::posting;
 use crate::worker::Unclaimed;
 
 /// How the reactor waits for UCX.
@@ -69,11 +70,27 @@ impl Signals {
 
     /// Progresses the worker on the caller's thread until `done()` or the inline budget runs
     /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with what
-    /// the operation moves ([`ucx_core::spin_budget`]: its bytes, or device memory). Returns
-    /// at once if `done()` already holds.
-    pub(crate) fn spin_until(&self, load: Load, done: impl FnMut() -> bool) {
+    /// the operation moves ([`ucx_core::spin_budget`]: its bytes, or device memory). Inside a
+    /// join, a large transfer's spin also ends when another operation a task waits for
+    /// finishes (`posting::spin_ends_on_news`). Returns at once if `done()` already holds.
+    pub(crate) fn spin_until(&self, load: Load, mut done: impl FnMut() -> bool) {
         let budget = ucx_core::spin_budget(self.inline_spin, load.bytes, load.memory);
-        let spin = self.worker.spin_until(budget, done);
+        let spin = if posting::spin_ends_on_news(load.bytes) {
+            let start = ucx_core::wakes_here();
+            let mut news = false;
+            let spin = self.worker.spin_until(budget, || {
+                done() || {
+                    news = ucx_core::wakes_here() != start;
+                    news
+                }
+            });
+            if news {
+                posting::ended_on_news();
+            }
+            spin
+        } else {
+            self.worker.spin_until(budget, done)
+        };
         // The spin armed the worker and UCX answered busy: a sleeping reactor would wait on an
         // fd that stays quiet, so it must progress again.
         if spin.disarmed {

@@ -13,8 +13,9 @@
 //!   endpoint, receive and probe on the worker), `stream`, `am` (active messages and their
 //!   handlers), `rma` (memory registration, remote keys, put/get).
 //! - [`Request`] (`request`): an in-flight operation; wakes a `std::task::Waker`, cancels,
-//!   and keeps UCX from touching a buffer that has gone away. [`Owned`] (`owned`): the same on
-//!   a buffer the operation owns, whose drop never blocks.
+//!   and keeps UCX from touching a buffer that has gone away ([`wakes_here`]: how many
+//!   completions woke a task on this thread). [`Owned`] (`owned`): the same on a buffer the
+//!   operation owns, whose drop never blocks.
 //! - [`Inflight`] (`inflight`): operations tracked by id until their completion is taken,
 //!   for callers that cannot await each one where they submitted it (the Python bindings).
 //! - [`Unclaimed`] (`unclaimed`): messages that arrived before their receive, taken out of
@@ -91,7 +92,7 @@ pub use error::{Error, Result, Status};
 pub use inflight::Inflight;
 pub use listener::{ConnRequest, Listener};
 pub use owned::Owned;
-pub use request::{Completion, Request, Submitted};
+pub use request::{wakes_here, Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use stream_backlog::{StreamBacklog, StreamData};
 pub use stuck_connections::StuckConnections;

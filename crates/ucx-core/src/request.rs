@@ -83,6 +83,19 @@ impl Slot {
     }
 }
 
+thread_local! {
+    /// Completions on this thread that woke a waiting task (see [`wakes_here`]).
+    static WAKES_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many completions have woken a task on this thread so far (completion callbacks run in
+/// the progress call that finishes the operation, on the thread that made it). A thread that
+/// spins on progress for one operation reads it to notice that another, which a task already
+/// waits for, finished meanwhile: that task may have more to post (ucx-async's joins).
+pub fn wakes_here() -> u64 {
+    WAKES_HERE.with(std::cell::Cell::get)
+}
+
 /// Bytes UCX must reserve per request for a [`Slot`].
 pub(crate) const SLOT_SIZE: usize = std::mem::size_of::<Slot>();
 
@@ -106,6 +119,7 @@ unsafe fn complete(request: *mut c_void, status: sys::ucs_status_t, length: usiz
     match slot.state.compare_exchange(PENDING, DONE, Ordering::SeqCst, Ordering::Acquire) {
         Ok(_) if !slot.waited.load(Ordering::SeqCst) => {}
         Ok(_) => {
+            WAKES_HERE.with(|w| w.set(w.get().wrapping_add(1)));
             let woke = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.waker.wake()));
             if woke.is_err() {
                 // A waker that panics cannot be reported to anyone from inside UCX.

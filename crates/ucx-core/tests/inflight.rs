@@ -1,6 +1,7 @@
 //! `Inflight` over real UCX on loopback: completions are queued by id and taken with their
 //! data, cancelling by predicate reaches exactly the chosen operations, a completion drained
-//! before the operation was kept is not lost, and `spin_until` stops on `done` or its budget.
+//! before the operation was kept is not lost, `spin_until` stops on `done` or its budget, and
+//! `wakes_here` counts only completions that woke a task.
 mod common;
 
 use std::time::{Duration, Instant};
@@ -114,6 +115,31 @@ fn spin_until_stops_when_done_or_when_the_budget_is_spent() {
     let spin = pair.server.spin_until(Duration::from_secs(10), || owned.is_complete());
     assert!(spin.done);
     assert_eq!(owned.into_buffer(), Some(vec![1u8, 2, 3]));
+}
+
+#[test]
+fn wakes_here_counts_the_completions_that_woke_a_waiting_task() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let (mut waited, mut unwaited) = ([0u8; 4], [0u8; 4]);
+    let ucx_core::Submitted::InFlight(w) = pair.server.tag_recv(&mut waited[..], 60, FULL_MASK).unwrap() else {
+        panic!("nothing was sent yet")
+    };
+    let ucx_core::Submitted::InFlight(u) = pair.server.tag_recv(&mut unwaited[..], 61, FULL_MASK).unwrap() else {
+        panic!("nothing was sent yet")
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(w.poll_complete(&mut cx).is_pending(), "a task now waits for the first receive");
+    let before = ucx_core::wakes_here();
+    wait_on(&[&pair.client], pair.client_ep.tag_send(&[1u8; 4], 61).unwrap());
+    wait_on(&[&pair.client], pair.client_ep.tag_send(&[2u8; 4], 60).unwrap());
+    // The server progresses on this thread, so its completions run here.
+    progress_until(&[&pair.server, &pair.client], "both receives", || w.is_complete() && u.is_complete());
+    assert_eq!(ucx_core::wakes_here() - before, 1, "only the receive a task waited for woke one");
+    let elsewhere = std::thread::spawn(ucx_core::wakes_here).join().unwrap();
+    assert_eq!(elsewhere, 0, "another thread's count is its own");
+    drop((w, u));
+    assert_eq!((waited, unwaited), ([2u8; 4], [1u8; 4]));
 }
 
 #[test]
