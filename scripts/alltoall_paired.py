@@ -7,7 +7,8 @@ seconds apart, and reports per size and side the median time over rounds, and th
 ratio (MPI's time / ours: above 1.0, ours is faster) as min / median / max with the rounds won.
 
 Sides (all without peer error handling, as MPI's, so UCX may use shared memory and CMA):
-  rust    examples/alltoall.rs (--mode, default event: sleeping on the wakeup fd)
+  rust    examples/alltoall.rs (--mode, default event: sleeping on the wakeup fd; with --bare it
+          also times a bare exchange of the same parts on alternate calls, a last column)
   python  examples/python/alltoall.py under python -m ucp.launch
   mpi-ucx the same under Open MPI's UCX layer (`--mca pml ucx`) on the UCX library ucp loads
           (--ucx-lib): Open MPI's Alltoallv on our transport, the like-for-like peer, which
@@ -30,14 +31,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT = re.compile(r"RESULT impl=\S+ .*?ranks=(\d+) size=(\d+) median_us=([0-9.]+)")
+RESULT = re.compile(r"RESULT impl=(\S+) .*?ranks=(\d+) size=(\d+) median_us=([0-9.]+)")
 
 
 def commands(a, side, size):
     """The command line of one side's run at one size."""
     sizes = ["--min-size", str(size), "--max-size", str(size), "--iters", str(a.iters)]
     if side == "rust":
-        return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes]
+        return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes, *(["--bare"] if a.bare else [])]
     if side == "python":
         launch = [a.python, "-m", "ucp.launch", "-n", str(a.ranks)]
         return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
@@ -59,16 +60,18 @@ def ucx_lib(a):
 
 
 def run(a, side, size):
-    """One run: the median µs per call it reports for `size`."""
+    """One run: the median µs per call it reports for `size` (and, for the Rust side under
+    --bare, the bare exchange's, kept in `a.bare_us`)."""
     env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
     if side == "mpi-ucx":
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [ucx_lib(a), env.get("LD_LIBRARY_PATH")]))
     cmd = commands(a, side, size)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    for line in p.stdout.splitlines():
-        m = RESULT.search(line)
-        if m and int(m[2]) == size:
-            return float(m[3])
+    found = {m[1]: float(m[4]) for m in map(RESULT.search, p.stdout.splitlines()) if m and int(m[3]) == size}
+    if "bare" in found:
+        a.bare_us.append(found.pop("bare"))
+    if found:
+        return next(iter(found.values()))
     sys.exit(f"{side}: no result for {size} bytes (exit {p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
 
 
@@ -84,6 +87,8 @@ def main():
     ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the Python that imports ucp")
     ap.add_argument("--mpirun", default=str(ROOT / ".venv-mpi/bin/mpirun"))
     ap.add_argument("--mpi-python", default=str(ROOT / ".venv-mpi/bin/python"), help="the Python with mpi4py")
+    ap.add_argument("--bare", action="store_true",
+                    help="the Rust side also times a bare exchange on alternate calls (examples/alltoall.rs --bare)")
     ap.add_argument("--against", default="mpi", choices=["mpi", "mpi-ucx"],
                     help="the side each is compared with (mpi-ucx: the like-for-like row)")
     ap.add_argument("--ucx-lib", help="the UCX libraries for mpi-ucx (default: those of --python's libucx)")
@@ -93,23 +98,29 @@ def main():
     if a.against in a.sides:
         ap.error(f"--sides names {a.against}, the side the others are compared with")
     ref = "MPI" if a.against == "mpi" else "MPI over UCX"
+    a.bare_us = []
+    bare_col = " bare µs (Rust's run) |" if a.bare else ""
     print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING=none, "
           f"Rust --mode {a.mode}; {ref}'s time / ours per round (> 1: ours faster)")
-    print(f"| size per pair | side | ours µs (median of rounds) | {ref} µs | ratio min / median / max | rounds won |")
-    print("|---|---|---|---|---|---|")
+    print(f"| size per pair | side | ours µs (median of rounds) | {ref} µs | ratio min / median / max | rounds won |"
+          + bare_col)
+    print("|---|---|---|---|---|---|" + ("---|" if a.bare else ""))
     for size in a.sizes:
         for side in a.sides:
             ours, theirs = [], []
+            a.bare_us.clear()
             for k in range(a.rounds):
                 order = [side, a.against] if k % 2 == 0 else [a.against, side]
                 for s in order:
                     (ours if s == side else theirs).append(run(a, s, size))
-                print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, {ref} {theirs[-1]} µs",
+                bare = f", bare {a.bare_us[-1]} µs" if a.bare_us and side == "rust" else ""
+                print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, {ref} {theirs[-1]} µs{bare}",
                       file=sys.stderr, flush=True)
             ratios = sorted(m / o for o, m in zip(ours, theirs))
             won = sum(r >= 1.0 for r in ratios)
             print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | "
-                  f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |",
+                  f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |"
+                  + (f" {statistics.median(a.bare_us):.1f} |" if a.bare and a.bare_us else " |" if a.bare else ""),
                   flush=True)
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 # ranks (UCX_PROTO_INFO): which transport and scheme carries each size decides what the sizes
 # measure.
 # Settings: RANKS ("4 8"), SIZES ("1024 1048576 4194304 16777216"), ROUNDS (3), ITERS (200),
-# SIDES ("rust python"; add mpi-ucx for Open MPI over this UCX, the like-for-like peer),
+# SIDES ("rust python"; add mpi-ucx for Open MPI over this UCX, the like-for-like peer), BARE
+# (1: the Rust side also times a bare exchange on alternate calls, `alltoall --bare`; 0: not),
 # MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
 # spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
 # MPI does), GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
@@ -55,11 +56,11 @@ cat /tmp/gpu-alltoall-proto/ucx.*.log 2>/dev/null | python3 scripts/ucx_proto_ta
 for mode in ${MODES:-event}; do
     for ranks in ${RANKS:-4 8}; do
         echo "## $mode"
-        # shellcheck disable=SC2086 # a list of sizes
+        # shellcheck disable=SC2086,SC2046 # lists of sizes and sides; --bare or nothing
         (if [ "$mode" = polling ]; then export UCXPY_NON_BLOCKING_MODE=1; fi
             python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
                 --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --mode "$mode" --rust-bin "$EXTRA/alltoall" \
                 --python python3 --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3 \
-                --sides ${SIDES:-rust python} --ucx-lib "$W/site/libucx/lib")
+                --sides ${SIDES:-rust python} --ucx-lib "$W/site/libucx/lib" $([ "${BARE:-1}" = 1 ] && echo --bare))
     done
 done
