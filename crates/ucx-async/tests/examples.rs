@@ -1,7 +1,8 @@
 //! The example binaries as a user runs them: each answers `--help` (and `-h`) with its usage and
 //! exit status 0, at once (no UCX context, no server process, no benchmark run), and `bench`
 //! runs a short benchmark start to end with its own server process, as
-//! `scripts/bench_vs_perftest.sh` runs it (and `multirail` its TEST mode, with its own peer). Needs the examples built (`cargo test` builds
+//! `scripts/bench_vs_perftest.sh` runs it (and `multirail` its TEST mode, with its own peer;
+//! `alltoall --bare` a short sweep of both kinds of call). Needs the examples built (`cargo test` builds
 //! them). `echo_cuda` is built only with the `cuda` feature.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -277,6 +278,19 @@ fn alltoall_plots_what_the_comparison_script_collected() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(":1: expected `SIZE GBPS NAME`"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn alltoall_bare_times_a_bare_exchange_beside_the_communicator() {
+    // Two ranks it starts itself; the debug build checks every call's parts, bare ones too.
+    let args = ["--ranks", "2", "--min-size", "1024", "--max-size", "65536", "--iters", "4", "--bare"];
+    let stdout = run_example("alltoall", &args);
+    for size in [1024, 4096, 16384, 65536] {
+        for name in ["ucx-async", "bare"] {
+            let line = format!("RESULT impl={name} mode=Event ranks=2 size={size} median_us=");
+            assert_eq!(stdout.matches(&line).count(), 1, "{line}\n{stdout}");
+        }
+    }
 }
 
 /// Three `alltoall` ranks as separate processes; rank 2 is SIGKILLed once rank 0 has printed
