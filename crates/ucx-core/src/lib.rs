@@ -99,7 +99,7 @@ pub use stuck_connections::StuckConnections;
 pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{
-    device_spin, spin_budget, spin_yield_period, Armed, Batch, IdleYield, Spin, ThreadMode, Worker, CONTENDED_YIELD,
-    DEVICE_BYTES_PER_US, DEVICE_SPIN, MAX_DEVICE_SPIN, MAX_SIZE_SPIN, PROGRESS_BATCH, SPIN_BYTES_PER_US,
-    SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS, SPIN_YIELD_ROUNDS_CONTENDED,
+    device_spin, spin_budget, spin_budget_even_if_shared, spin_yield_period, Armed, Batch, IdleYield, Spin, ThreadMode,
+    Worker, CONTENDED_YIELD, DEVICE_BYTES_PER_US, DEVICE_SPIN, MAX_DEVICE_SPIN, MAX_SIZE_SPIN, PROGRESS_BATCH,
+    SPIN_BYTES_PER_US, SPIN_CLOCK_ROUNDS, SPIN_WAKEUP_ROUNDS, SPIN_YIELD_ROUNDS, SPIN_YIELD_ROUNDS_CONTENDED,
 };

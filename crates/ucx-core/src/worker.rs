@@ -96,6 +96,14 @@ pub fn spin_budget(base: Duration, bytes: usize, memory: MemoryType) -> Duration
     if spin_yield_period() < SPIN_YIELD_ROUNDS {
         return base;
     }
+    spin_budget_even_if_shared(base, bytes, memory)
+}
+
+/// [`spin_budget`] without its shared-core rule: `base` grown with the bytes whether or not the
+/// calling thread's core is shared. For a wait whose alternative to spinning costs more than
+/// the core it holds (a spin on a shared core yields it every few rounds): the Python
+/// collectives', which otherwise finish through a pass of the event loop (docs/spin.md).
+pub fn spin_budget_even_if_shared(base: Duration, bytes: usize, memory: MemoryType) -> Duration {
     if memory.is_device() {
         let bytes = Duration::from_micros((bytes / DEVICE_BYTES_PER_US) as u64);
         return base + (device_spin() + bytes).min(MAX_DEVICE_SPIN);
@@ -555,6 +563,10 @@ mod tests {
         assert_eq!(spin_budget(base, 1 << 20, MemoryType::Cuda), base);
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS / 2));
         assert_eq!(spin_budget(base, 1 << 20, host), base, "still on its way back to the long period");
+        // Unless the caller asks for the bytes' time regardless.
+        assert_eq!(spin_budget_even_if_shared(base, 1 << 20, host), base + Duration::from_micros(131));
+        assert_eq!(spin_budget_even_if_shared(base, 1 << 30, host), base + MAX_SIZE_SPIN, "capped");
         SPIN_YIELD_EVERY.with(|c| c.set(SPIN_YIELD_ROUNDS));
+        assert_eq!(spin_budget_even_if_shared(base, 1 << 20, host), spin_budget(base, 1 << 20, host));
     }
 }

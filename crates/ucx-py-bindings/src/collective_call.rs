@@ -85,14 +85,14 @@ impl<'py> Leftovers<'py> {
 
     /// The leftovers. Where only operations in flight are left (eager messages of several
     /// fragments, direct parts being read), the worker spins until they are done, for up to
-    /// `spin_us` grown with the bytes they move (`ucx_core::spin_budget`), and those that
+    /// `spin_us` grown with the bytes they move (`submit::collective_budget_for`), and those that
     /// succeeded are dropped: handing them to Python would cost the call a settle through its
     /// event loop. Otherwise they go to Python at once, where what else is left must be
     /// posted without delay.
     fn finish(mut self, engine: &Arc<Engine>, spin_us: u64) -> PyResult<Bound<'py, PyList>> {
         let py = self.list.py();
         if self.list.is_empty() && !self.in_flight.is_empty() && spin_us > 0 {
-            let budget = submit::spin_budget_for(spin_us, self.in_flight_bytes, MemoryType::Host);
+            let budget = submit::collective_budget_for(spin_us, self.in_flight_bytes);
             let deadline = Instant::now() + Duration::from_micros(budget);
             loop {
                 let mut all_done = true;
@@ -298,8 +298,10 @@ pub(crate) fn collective_alltoallv<'py>(
     drop(bufs);
     crate::buffer::release_deferred(py);
     // The budget is for waiting on the peers: it starts after the own part's copy, which
-    // for a 4 MiB part alone outlasts it.
-    let deadline = Instant::now() + Duration::from_micros(spin_us);
+    // for a 4 MiB part alone outlasts it, and grows with what this rank sends (the peers'
+    // parts are of a like size in the calls that matter; their sizes are not known yet).
+    let budget = submit::collective_budget_for(spin_us, left.in_flight_bytes);
+    let deadline = Instant::now() + Duration::from_micros(budget);
     for (r, ep) in eps.iter().enumerate() {
         if r == me {
             continue;
