@@ -87,13 +87,10 @@ def join(lk, lp, rk, rp):
     """(pairs, checksum) of the inner join on key: the checksum adds mix(lp * 31 ^ rp) over
     every matching pair, wrapping at 2**64."""
     # Both sides sorted by key: the searches then walk the left keys in order (cache-friendly;
-    # 3.8x faster at 2 M rows than searching in arrival order). Unstable sorts: the checksum is
-    # a wrapping sum, so pair order does not matter.
+    # 3.8x faster at 2 M rows than searching in arrival order).
     xp = _xp(lk)
-    order = xp.argsort(lk)
-    lk, lp = lk[order], lp[order]
-    order = xp.argsort(rk)
-    rk, rp = rk[order], rp[order]
+    lk, lp = sorted_by_key(lk, lp)
+    rk, rp = sorted_by_key(rk, rp)
     lo, counts = _matches(lk, rk)
     pairs = int(counts.sum())
     if pairs == 0:
@@ -106,6 +103,27 @@ def join(lk, lp, rk, rp):
     with _quiet(xp):
         checksum = int(mix((lp[left] * xp.uint64(31)) ^ rp[right]).sum(dtype=xp.uint64))
     return pairs, checksum
+
+
+def sorted_by_key(keys, payload):
+    """``keys`` (uint64) sorted, and ``payload`` in the same order. Where a key and a row's
+    index fit in 64 bits together (these tables: keys below 2 * rows * ranks), one sort of the
+    packed pairs: NumPy's sort runs about twice as fast as its argsort, and the keys come out
+    sorted without a gather (the join at 1 M rows a side: 571-622 -> 220-227 ms, 2026-11-27).
+    Otherwise an argsort. Rows with equal keys may come in any order: the checksum is a
+    wrapping sum."""
+    xp = _xp(keys)
+    n = len(keys)
+    if n == 0:
+        return keys, payload
+    index_bits = max((n - 1).bit_length(), 1)
+    if int(keys.max()).bit_length() + index_bits > 64:
+        order = xp.argsort(keys)
+        return keys[order], payload[order]
+    packed = (keys << xp.uint64(index_bits)) | xp.arange(n, dtype=xp.uint64)
+    packed.sort()
+    order = (packed & xp.uint64((1 << index_bits) - 1)).astype(xp.intp)
+    return packed >> xp.uint64(index_bits), payload[order]
 
 
 def _matches(lk, rk):

@@ -1,6 +1,7 @@
 """ucp.collective: Python ranks under ``python -m ucp.launch``, a job mixing Python ranks with
 ucx-async's (the Rust ``alltoall`` example), the launcher's failure handling, and the
 launcher variables. Ranks are separate processes on 127.0.0.1."""
+import importlib.util
 import os
 import socket
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from ucp import _ucx_async as native
@@ -488,3 +490,21 @@ def test_the_bootstrap_leaves_no_pass_of_its_stopped_driver_queued(fresh_ucp):
         await comm.close()
 
     asyncio.run(main())
+
+
+def test_the_python_join_sorts_rows_by_key_with_or_without_packing():
+    """``sorted_by_key`` packs key and row index into one sort where they fit in 64 bits, and
+    falls back to an argsort where they do not: either way the keys come out sorted and each
+    payload stays with its key."""
+    spec = importlib.util.spec_from_file_location("hash_join_example", HASH_JOIN_PY)
+    hj = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hj)
+    rng = np.random.default_rng(7)
+    for high in (1 << 20, 1 << 62):  # packed; too wide to pack
+        keys = rng.integers(0, high, 5000, dtype=np.uint64)
+        payload = keys * np.uint64(3) + np.uint64(1)
+        k, p = hj.sorted_by_key(keys, payload)
+        assert np.array_equal(k, np.sort(keys)), high
+        assert np.array_equal(p, k * np.uint64(3) + np.uint64(1)), high
+    k, p = hj.sorted_by_key(np.array([], dtype=np.uint64), np.array([], dtype=np.uint64))
+    assert len(k) == 0 and len(p) == 0
