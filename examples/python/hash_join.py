@@ -109,8 +109,9 @@ def sorted_by_key(keys, payload):
     """``keys`` (uint64) sorted, and ``payload`` in the same order. Where a key and a row's
     index fit in 64 bits together (these tables: keys below 2 * rows * ranks), one sort of the
     packed pairs: NumPy's sort runs about twice as fast as its argsort, and the keys come out
-    sorted without a gather (the join at 1 M rows a side: 571-622 -> 220-227 ms, 2026-11-27).
-    Otherwise an argsort. Rows with equal keys may come in any order: the checksum is a
+    sorted without a gather of random reads. The join at 1 M rows a side, 2026-11-27, in a slow
+    spell of the VM: 571-622 -> 220-227 ms; on the quiet VM an hour later: 170-212 against
+    173-184 ms (alternating calls). Otherwise an argsort. Rows with equal keys may come in any order: the checksum is a
     wrapping sum."""
     xp = _xp(keys)
     n = len(keys)
