@@ -48,19 +48,21 @@ pub(crate) fn ended_on_news() {
     NEWS.with(|n| n.set(true));
 }
 
-/// While it lives, a join polls its futures (spins may end on news); then the flag is as it
-/// was before (a join inside another's future leaves the outer one's in force).
-struct Joining(bool);
+/// While it lives, a thread-local flag is set; then it is as it was before (a guard taken
+/// inside another's leaves the outer one's in force), even if a poll panics. [`POSTING`] while
+/// operations are posted ([`Posting`]), [`JOINING`] while a join polls its futures.
+struct Raised(&'static std::thread::LocalKey<Cell<bool>>, bool);
 
-impl Joining {
-    fn enter() -> Joining {
-        Joining(JOINING.with(|j| j.replace(true)))
+impl Raised {
+    fn raise(flag: &'static std::thread::LocalKey<Cell<bool>>) -> Raised {
+        Raised(flag, flag.with(|f| f.replace(true)))
     }
 }
 
-impl Drop for Joining {
+impl Drop for Raised {
     fn drop(&mut self) {
-        JOINING.with(|j| j.set(self.0));
+        let was = self.1;
+        self.0.with(|f| f.set(was));
     }
 }
 
@@ -73,17 +75,13 @@ pub(crate) fn spin_allowed() -> bool {
 /// While it lives, futures polled on this thread do not spin (their operation is only
 /// posted); then the flag is as it was before (a join posted inside another's posting leaves
 /// the outer one's in force), even if a poll panics.
-pub(crate) struct Posting(bool);
+pub(crate) struct Posting {
+    _raised: Raised,
+}
 
 impl Posting {
     pub(crate) fn enter() -> Posting {
-        Posting(POSTING.with(|p| p.replace(true)))
-    }
-}
-
-impl Drop for Posting {
-    fn drop(&mut self) {
-        POSTING.with(|p| p.set(self.0));
+        Posting { _raised: Raised::raise(&POSTING) }
     }
 }
 
@@ -145,7 +143,7 @@ async fn join_in_place<F: Future>(
                 return Poll::Ready(Some(i));
             }
         }
-        let _joining = Joining::enter();
+        let _joining = Raised::raise(&JOINING);
         loop {
             NEWS.with(|n| n.set(false));
             let r = pass(&mut futures, &mut outputs, &stop, cx);
@@ -304,10 +302,10 @@ mod tests {
     #[test]
     fn only_a_large_transfer_inside_a_join_spins_until_news() {
         assert!(!spin_ends_on_news(NEWS_MIN_BYTES), "outside a join");
-        let joining = Joining::enter();
+        let joining = Raised::raise(&JOINING);
         assert!(spin_ends_on_news(NEWS_MIN_BYTES));
         assert!(!spin_ends_on_news(NEWS_MIN_BYTES - 1), "small: spins through others' completions");
-        drop(Joining::enter());
+        drop(Raised::raise(&JOINING));
         assert!(spin_ends_on_news(NEWS_MIN_BYTES), "a join inside another leaves the outer one's in force");
         drop(joining);
         assert!(!spin_ends_on_news(NEWS_MIN_BYTES), "the flag is cleared");
