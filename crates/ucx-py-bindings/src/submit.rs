@@ -61,11 +61,7 @@ pub(crate) fn track<B: Send + 'static>(
 /// `nbytes` of `memory` ([`ucx_core::spin_budget`]; `worker::spin_budget_us` gives it to
 /// Python). 0 stays 0: the caller asked for no spin (other tasks are ready to run).
 pub(crate) fn spin_budget_for(spin_us: u64, nbytes: usize, memory: MemoryType) -> u64 {
-    if spin_us == 0 {
-        return 0;
-    }
-    let budget = ucx_core::spin_budget(std::time::Duration::from_micros(spin_us), nbytes, memory);
-    u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
+    grown_us(spin_us, |base| ucx_core::spin_budget(base, nbytes, memory))
 }
 
 /// The spin budget, in microseconds, of a collective call's wait of `spin_us` on operations
@@ -75,12 +71,15 @@ pub(crate) fn spin_budget_for(spin_us: u64, nbytes: usize, memory: MemoryType) -
 /// which costs them more (4 ranks on 2 cores, alternate calls: 256 KiB 11–15 % and 1 MiB
 /// 12–13 % less time per call; docs/spin.md). 0 stays 0, as in [`spin_budget_for`].
 pub(crate) fn collective_budget_for(spin_us: u64, nbytes: usize) -> u64 {
+    grown_us(spin_us, |base| ucx_core::spin_budget_even_if_shared(base, nbytes, MemoryType::Host))
+}
+
+/// `spin_us` grown by `rule`, in whole microseconds; 0 stays 0 (no spin was asked for).
+fn grown_us(spin_us: u64, rule: impl FnOnce(std::time::Duration) -> std::time::Duration) -> u64 {
     if spin_us == 0 {
         return 0;
     }
-    let budget =
-        ucx_core::spin_budget_even_if_shared(std::time::Duration::from_micros(spin_us), nbytes, MemoryType::Host);
-    u64::try_from(budget.as_micros()).unwrap_or(u64::MAX)
+    u64::try_from(rule(std::time::Duration::from_micros(spin_us)).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// [`track`], first progressing the worker (GIL released) for up to `spin_us` if the
