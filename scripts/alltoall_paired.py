@@ -118,10 +118,11 @@ def main():
                       file=sys.stderr, flush=True)
             ratios = sorted(m / o for o, m in zip(ours, theirs))
             won = sum(r >= 1.0 for r in ratios)
+            bare_cell = (f" {statistics.median(a.bare_us):.1f} |" if a.bare_us else " |") if a.bare else ""
             print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | "
                   f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |"
-                  + (f" {statistics.median(a.bare_us):.1f} |" if a.bare and a.bare_us else " |" if a.bare else ""),
-                  flush=True)
+                  + bare_cell, flush=True)
+
 
 if __name__ == "__main__":
     main()
