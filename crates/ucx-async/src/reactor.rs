@@ -72,11 +72,10 @@ impl Signals {
     /// out ([`ucx_core::Worker::spin_until`], the one spin loop). The budget grows with what
     /// the operation moves ([`ucx_core::spin_budget`]: its bytes, or device memory). Inside a
     /// join, a large transfer's spin also ends when another operation a task waits for
-    /// finishes (`posting::spin_ends_on_news`). Returns at once if `done()` already holds.
+    /// finishes (`posting::news_since`). Returns at once if `done()` already holds.
     pub(crate) fn spin_until(&self, load: Load, mut done: impl FnMut() -> bool) {
         let budget = ucx_core::spin_budget(self.inline_spin, load.bytes, load.memory);
-        let spin = if posting::spin_ends_on_news(load.bytes) {
-            let start = ucx_core::wakes_here();
+        let spin = if let Some(start) = posting::news_since(load.bytes) {
             let mut news = false;
             let spin = self.worker.spin_until(budget, || {
                 done() || {
