@@ -85,7 +85,51 @@ def partition_sorted(keys, payload, ranks):
 
 def join(lk, lp, rk, rp):
     """(pairs, checksum) of the inner join on key: the checksum adds mix(lp * 31 ^ rp) over
-    every matching pair, wrapping at 2**64."""
+    every matching pair, wrapping at 2**64.
+
+    Where the left keys span a range of at most 4 keys per row of both sides (these tables
+    after the exchange on up to 4 ranks: keys below 2 * rows * ranks, about 2 * rows rows per
+    rank), the keys index a table directly (``_join_direct``, 16 bytes per key of the range):
+    no sort. Otherwise both sides are sorted by key (``_join_sorted``)."""
+    if len(lk) == 0 or len(rk) == 0:
+        return 0, 0
+    span = int(lk.max()) + 1
+    if span <= 4 * (len(lk) + len(rk)):
+        return _join_direct(lk, lp, rk, rp, span)
+    return _join_sorted(lk, lp, rk, rp)
+
+
+def _join_direct(lk, lp, rk, rp, span):
+    """``join`` with the left keys as indices into a table of ``span`` entries: how many left
+    rows hold each key, and one left row of each. A right row whose key one left row holds
+    pairs with that row through the table; the rows of keys that several left rows hold (a
+    few percent of these tables') are joined by ``_join_sorted``. Against sorting both sides,
+    one process, the rows rank 0 receives (best of 3, 2026-11-27): 2 ranks x 1 M rows 171 ->
+    110 ms, 4 ranks x 500 k rows 81 -> 58 ms."""
+    xp = _xp(lk)
+    left_at = lk.astype(xp.intp)
+    per_key = xp.bincount(left_at, minlength=span)
+    # Some left row of each key (which one, where several hold it, is left to the scatter:
+    # only keys held once are read back).
+    row_of = xp.empty(span, dtype=xp.intp)
+    row_of[left_at] = xp.arange(len(lk), dtype=xp.intp)
+    inside = rk < xp.uint64(span)
+    right_at = xp.where(inside, rk, xp.uint64(0)).astype(xp.intp)
+    matches = xp.where(inside, per_key[right_at], 0)
+    pairs = int(matches.sum())
+    single = xp.flatnonzero(matches == 1)
+    with _quiet(xp):
+        checksum = int(mix((lp[row_of[right_at[single]]] * xp.uint64(31)) ^ rp[single]).sum(dtype=xp.uint64))
+    if pairs > len(single):
+        several = matches > 1
+        shared = per_key[left_at] > 1
+        _, rest = _join_sorted(lk[shared], lp[shared], rk[several], rp[several])
+        checksum += rest
+    return pairs, checksum & 0xFFFFFFFFFFFFFFFF
+
+
+def _join_sorted(lk, lp, rk, rp):
+    """``join`` by sorting both sides by key."""
     # Both sides sorted by key: the searches then walk the left keys in order (cache-friendly;
     # 3.8x faster at 2 M rows than searching in arrival order).
     xp = _xp(lk)

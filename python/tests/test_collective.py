@@ -492,13 +492,56 @@ def test_the_bootstrap_leaves_no_pass_of_its_stopped_driver_queued(fresh_ucp):
     asyncio.run(main())
 
 
+def _hash_join_module():
+    """examples/python/hash_join.py, imported."""
+    spec = importlib.util.spec_from_file_location("hash_join_example", HASH_JOIN_PY)
+    hj = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hj)
+    return hj
+
+
+def test_the_python_join_by_key_table_equals_a_pair_by_pair_join():
+    """``join`` indexes a table by key where the left keys' range is small, and sorts both
+    sides otherwise: either way every matching pair counts once, duplicates on both sides and
+    right keys beyond the left's range included, as a pair-by-pair join finds them."""
+    hj = _hash_join_module()
+    rng = np.random.default_rng(11)
+
+    def pair_by_pair(lk, lp, rk, rp):
+        pairs, checksum = 0, 0
+        for key, payload in zip(rk, rp):
+            hit = lk == key
+            pairs += int(hit.sum())
+            with np.errstate(over="ignore"):
+                checksum += int(hj.mix((lp[hit] * np.uint64(31)) ^ payload).sum(dtype=np.uint64))
+        return pairs, checksum & 0xFFFFFFFFFFFFFFFF
+
+    cases = [
+        (50, 80, 1000, 700),  # a small range: the table, with many keys held several times
+        (4000, 4000, 1000, 1000),  # keys mostly held once: the table
+        (1 << 40, 1 << 40, 300, 300),  # a wide range: sorted
+        (10, 10, 0, 50),  # an empty side
+    ]
+    for left_high, right_high, nl, nr in cases:
+        lk = rng.integers(0, left_high, nl, dtype=np.uint64)
+        rk = rng.integers(0, right_high, nr, dtype=np.uint64)
+        if nl:
+            rk[: nr // 3] = rng.choice(lk, nr // 3)  # matches, whatever the range
+        lp = rng.integers(0, 1 << 63, nl, dtype=np.uint64)
+        rp = rng.integers(0, 1 << 63, nr, dtype=np.uint64)
+        expected = pair_by_pair(lk, lp, rk, rp)
+        assert hj.join(lk, lp, rk, rp) == expected, (left_high, nl, nr)
+        assert hj._join_sorted(lk, lp, rk, rp) == expected, (left_high, nl, nr)
+    assert expected[0] == 0
+    lk = np.arange(100, dtype=np.uint64)
+    assert hj.join(lk, lk, lk, lk)[0] == 100
+
+
 def test_the_python_join_sorts_rows_by_key_with_or_without_packing():
     """``sorted_by_key`` packs key and row index into one sort where they fit in 64 bits, and
     falls back to an argsort where they do not: either way the keys come out sorted and each
     payload stays with its key."""
-    spec = importlib.util.spec_from_file_location("hash_join_example", HASH_JOIN_PY)
-    hj = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hj)
+    hj = _hash_join_module()
     rng = np.random.default_rng(7)
     for high in (1 << 20, 1 << 62):  # packed; too wide to pack
         keys = rng.integers(0, high, 5000, dtype=np.uint64)
