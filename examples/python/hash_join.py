@@ -89,12 +89,13 @@ def join(lk, lp, rk, rp):
 
     Where the left keys span a range of at most 4 keys per row of both sides (these tables
     after the exchange on up to 4 ranks: keys below 2 * rows * ranks, about 2 * rows rows per
-    rank), the keys index a table directly (``_join_direct``, 16 bytes per key of the range):
-    no sort. Otherwise both sides are sorted by key (``_join_sorted``)."""
+    rank), NumPy's keys index a table directly (``_join_direct``, 16 bytes per key of the
+    range): no sort. Otherwise, and for CuPy's arrays (the sorted join is the one run on a GPU
+    so far), both sides are sorted by key (``_join_sorted``)."""
     if len(lk) == 0 or len(rk) == 0:
         return 0, 0
     span = int(lk.max()) + 1
-    if span <= 4 * (len(lk) + len(rk)):
+    if _xp(lk) is np and span <= 4 * (len(lk) + len(rk)):
         return _join_direct(lk, lp, rk, rp, span)
     return _join_sorted(lk, lp, rk, rp)
 
