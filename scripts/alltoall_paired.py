@@ -60,18 +60,17 @@ def ucx_lib(a):
 
 
 def run(a, side, size):
-    """One run: the median µs per call it reports for `size` (and, for the Rust side under
-    --bare, the bare exchange's, kept in `a.bare_us`)."""
+    """One run: the median µs per call it reports for `size`, and the bare exchange's (the Rust
+    side under --bare; else None)."""
     env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
     if side == "mpi-ucx":
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [ucx_lib(a), env.get("LD_LIBRARY_PATH")]))
     cmd = commands(a, side, size)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     found = {m[1]: float(m[4]) for m in map(RESULT.search, p.stdout.splitlines()) if m and int(m[3]) == size}
-    if "bare" in found:
-        a.bare_us.append(found.pop("bare"))
+    bare = found.pop("bare", None)
     if found:
-        return next(iter(found.values()))
+        return next(iter(found.values())), bare
     sys.exit(f"{side}: no result for {size} bytes (exit {p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
 
 
@@ -98,7 +97,6 @@ def main():
     if a.against in a.sides:
         ap.error(f"--sides names {a.against}, the side the others are compared with")
     ref = "MPI" if a.against == "mpi" else "MPI over UCX"
-    a.bare_us = []
     bare_col = " bare µs (Rust's run) |" if a.bare else ""
     print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING=none, "
           f"Rust --mode {a.mode}; {ref}'s time / ours per round (> 1: ours faster)")
@@ -107,18 +105,20 @@ def main():
     print("|---|---|---|---|---|---|" + ("---|" if a.bare else ""))
     for size in a.sizes:
         for side in a.sides:
-            ours, theirs = [], []
-            a.bare_us.clear()
+            ours, theirs, bare_us = [], [], []
             for k in range(a.rounds):
                 order = [side, a.against] if k % 2 == 0 else [a.against, side]
                 for s in order:
-                    (ours if s == side else theirs).append(run(a, s, size))
-                bare = f", bare {a.bare_us[-1]} µs" if a.bare_us and side == "rust" else ""
+                    us, bare_run = run(a, s, size)
+                    (ours if s == side else theirs).append(us)
+                    if bare_run is not None:
+                        bare_us.append(bare_run)
+                bare = f", bare {bare_us[-1]} µs" if bare_us else ""
                 print(f"[alltoall_paired] {size} B {side} round {k + 1}: ours {ours[-1]} µs, {ref} {theirs[-1]} µs{bare}",
                       file=sys.stderr, flush=True)
             ratios = sorted(m / o for o, m in zip(ours, theirs))
             won = sum(r >= 1.0 for r in ratios)
-            bare_cell = (f" {statistics.median(a.bare_us):.1f} |" if a.bare_us else " |") if a.bare else ""
+            bare_cell = (f" {statistics.median(bare_us):.1f} |" if bare_us else " |") if a.bare else ""
             print(f"| {size} | {side} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | "
                   f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f} | {won} of {a.rounds} |"
                   + bare_cell, flush=True)
