@@ -183,6 +183,25 @@ impl Drop for RemoteKey {
 }
 
 impl RemoteKey {
+    /// Where the peer's memory at `remote_addr` (inside the memory this key was packed from)
+    /// appears in this process (`ucp_rkey_ptr`), to read and write with plain loads and stores
+    /// instead of messages. UCX offers it for memory it shares between processes: a peer on
+    /// this host whose memory UCX allocated ([`MemoryHandle::allocate`], in System V or POSIX
+    /// shared memory), whatever the endpoint's error handling (the key maps the memory; no
+    /// transport lane is involved). Elsewhere (a peer on another host, a mapped user buffer
+    /// without xpmem) UCX answers `Status::Unreachable`.
+    ///
+    /// The pointer stays valid while this key lives and the peer keeps its handle. Both sides
+    /// access the same memory, so they must agree on who writes where and when (a message
+    /// after a write), as with any shared memory; dereferencing it is the caller's `unsafe`.
+    pub fn local_ptr(&self, remote_addr: u64) -> Result<*mut u8> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: the rkey is live (its endpoint held); UCX checks the address against the
+        // key's range and writes only `ptr`.
+        check("ucp_rkey_ptr", unsafe { sys::ucp_rkey_ptr(self.handle, remote_addr, &mut ptr) })?;
+        Ok(ptr.cast())
+    }
+
     /// The endpoint it was unpacked on.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint

@@ -205,6 +205,45 @@ fn rma_put_get_with_registered_memory_and_remote_keys() {
 }
 
 #[test]
+fn a_peers_shared_memory_is_reached_through_its_key_as_a_local_pointer() {
+    let ctx = context();
+    let (a, b) = (Worker::new(&ctx).unwrap(), Worker::new(&ctx).unwrap());
+    let to_b = |error_handling| {
+        let params = EndpointParams::default().error_handling(error_handling);
+        Endpoint::connect_to_worker(&a, &b.address().unwrap(), params).unwrap()
+    };
+    // b's memory, allocated by UCX (in shared memory), reached by a.
+    let mem = MemoryHandle::allocate(&ctx, 1 << 16).unwrap();
+    let packed = mem.pack_rkey().unwrap();
+    let ep = to_b(false);
+    let rkey = ep.unpack_rkey(&packed).unwrap();
+    let at = rkey.local_ptr(mem.address() + 100).unwrap();
+    let data = pattern(5000, 3);
+    // SAFETY: the key lives, and nothing else touches these 5000 bytes of the 64 KiB.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+    // SAFETY: nothing writes the memory now.
+    assert_eq!(unsafe { mem.as_slice() }[100..5100], data[..]);
+    // The other way: the owner writes, the key's side reads.
+    // SAFETY: the owner's memory, 64 KiB; nothing else touches these 4 bytes.
+    unsafe { std::ptr::copy_nonoverlapping([7u8; 4].as_ptr(), (mem.address() + 60000) as *mut u8, 4) };
+    let seen = rkey.local_ptr(mem.address() + 60000).unwrap();
+    // SAFETY: the key lives; nothing writes these bytes now.
+    assert_eq!(unsafe { std::slice::from_raw_parts(seen, 4) }, [7u8; 4]);
+
+    // Memory UCX did not allocate is not shared: a key to a mapped user buffer has no pointer.
+    let mut user = vec![0u8; 4096];
+    let mapped = MemoryHandle::map(&ctx, &mut user[..]).unwrap();
+    let e = ep.unpack_rkey(&mapped.pack_rkey().unwrap()).unwrap().local_ptr(mapped.address()).unwrap_err();
+    assert_eq!(e.status(), Status::Unreachable, "{e}");
+    drop(mapped);
+    // With error handling, where UCX sends messages between local processes over TCP instead
+    // of shared memory, the key still maps the memory: the pointer is the key's, not a lane's.
+    let key = to_b(true).unpack_rkey(&packed).unwrap();
+    // SAFETY: the key lives; only reads.
+    assert_eq!(unsafe { std::slice::from_raw_parts(key.local_ptr(mem.address() + 100).unwrap(), 8) }, &data[..8]);
+}
+
+#[test]
 fn worker_address_endpoints_round_trip_through_bytes() {
     let ctx = context();
     let a = Worker::new(&ctx).unwrap();
