@@ -22,7 +22,7 @@ use ucx_async::{Communicator, ProgressMode, Worker};
 
 const USAGE: &str = "usage: alltoall [--ranks N] [--min-size BYTES] [--max-size BYTES] [--iters N]
                 [--mode event|polling|adaptive]
-                [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto] [--bare]
+                [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto] [--bare] [--window | --window-only]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from --min-size (default 1 KiB)
 up to --max-size (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
@@ -38,6 +38,10 @@ CPUs), unless UCX_NET_DEVICES is set.
 Communicator::send and received into a buffer of its known size, all posted before any waits;
 no announcements), reported on a second RESULT line (impl=bare): the communicator's protocol
 against UCX's tag transfers alone, in the same process and minutes.
+--window: calls are also taken in turn by SharedWindow::alltoallv, the all-to-all through
+shared-memory windows (each part copied into the receiver's window, mapped through UCX's
+remote key, then a note; parts read where they landed), with slots of the part size,
+reported as impl=window; --window-only times only those (no other traffic between them).
 
 alltoall --plot-from FILE --plot OUT.svg: no run; plots FILE's lines `SIZE GBPS NAME...`
 (scripts/bench_alltoall.sh writes them, for ours and MPI) as throughput against size.";
@@ -64,12 +68,14 @@ fn main() -> ExitCode {
         }
     };
     let bounce = Bounce { batch: opt("--batch").unwrap_or(Bounce::default().batch), ..Bounce::default() };
-    let bare = args.iter().any(|a| a == "--bare");
+    let flag = |name| args.iter().any(|a| a == name);
+    let window_only = flag("--window-only");
+    let kinds = Kinds { communicator: !window_only, bare: flag("--bare"), window: window_only || flag("--window") };
     if std::env::var_os("RANK").is_none() {
         return launch::run_ranks("alltoall", ranks, &args);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    match rt.block_on(rank_main(min..=max, iters, mode, path, bounce, bare, &args)) {
+    match rt.block_on(rank_main(min..=max, iters, mode, path, bounce, kinds, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("alltoall rank {}: {e}", std::env::var("RANK").unwrap_or_default());
@@ -84,7 +90,7 @@ async fn rank_main(
     mode: ProgressMode,
     path: DataPath,
     bounce: Bounce,
-    bare: bool,
+    kinds: Kinds,
     args: &[String],
 ) -> ucx_async::Result<()> {
     let ctx = launch::rank_context(args, USAGE)?;
@@ -107,28 +113,54 @@ async fn rank_main(
         let mut got = Vec::new();
         // Warm-up (connections, registration, buffers, caches): more calls for small sizes,
         // whose first hundreds ran up to twice as slow; alltoallv_mpi.py does the same.
-        for _ in 0..((4 << 20) / size).clamp(3, 1000) {
+        // (The bare exchange receives into the buffers these calls size.)
+        for _ in 0..if kinds.communicator || kinds.bare { ((4 << 20) / size).clamp(3, 1000) } else { 0 } {
             comm.alltoallv_into(&refs, &mut got).await?;
         }
-        // [communicator's calls, bare exchanges], taken in turn under --bare.
-        let mut times = [Vec::with_capacity(n), Vec::with_capacity(if bare { n } else { 0 })];
-        for call in 0..if bare { 2 * n } else { n } {
-            let which = if bare { call % 2 } else { 0 };
+        let mut windows = None;
+        if kinds.window {
+            let mut w = comm.shared_window(size).await?;
+            for _ in 0..((4 << 20) / size).clamp(3, 1000) {
+                w.alltoallv(&refs).await?;
+            }
+            windows = Some(w);
+        }
+        // The kinds of call taken in turn: the communicator's, and those the flags add.
+        let taken: Vec<Kind> = [
+            kinds.communicator.then_some(Kind::Communicator),
+            kinds.bare.then_some(Kind::Bare),
+            windows.as_ref().map(|_| Kind::SharedWindow),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut times = [Vec::with_capacity(n), Vec::new(), Vec::new()];
+        for call in 0..taken.len() * n {
+            let which = taken[call % taken.len()];
+            let tag = (call % (1 << 30)) as u32;
             comm.barrier().await?;
             let t = Instant::now();
-            if which == 0 {
-                comm.alltoallv_into(&refs, &mut got).await?;
-            } else {
-                bare_exchange(&comm, &refs, &mut got, (call % (1 << 30)) as u32).await?;
+            match (which, windows.as_mut()) {
+                (Kind::Communicator, _) => comm.alltoallv_into(&refs, &mut got).await?,
+                (Kind::Bare, _) => bare_exchange(&comm, &refs, &mut got, tag).await?,
+                (Kind::SharedWindow, Some(w)) => w.alltoallv(&refs).await?,
+                (Kind::SharedWindow, None) => unreachable!("taken only with windows"),
             }
             let mine = (t.elapsed().as_nanos() as u64).to_le_bytes();
+            if let (Kind::SharedWindow, Some(w)) = (which, windows.as_ref()) {
+                // What a caller would read: every part where it landed, checked.
+                if (0..ranks).any(|s| w.part(s).len() != size || w.part(s)[0] != (s * ranks + rank) as u8) {
+                    let detail = format!("rank {rank}: a part in the window is not what was sent");
+                    return Err(ucx_async::Error::Protocol { op: "alltoall --window", detail });
+                }
+            }
             debug_assert!(got.iter().enumerate().all(|(s, b)| b.len() == size && b[0] == (s * ranks + rank) as u8));
             let mut all = vec![0u8; 8 * ranks];
             comm.allgather(&mine, &mut all).await?;
             let slowest = all.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).max();
-            times[which].push(slowest.unwrap_or(0));
+            times[which as usize].push(slowest.unwrap_or(0));
         }
-        for (times, name) in times.iter_mut().zip(["ucx-async", "bare"]).filter(|(t, _)| !t.is_empty()) {
+        for (times, name) in times.iter_mut().zip(["ucx-async", "bare", "window"]).filter(|(t, _)| !t.is_empty()) {
             times.sort_unstable();
             let median_ns = times[times.len() / 2].max(1);
             if rank == 0 {
@@ -143,6 +175,22 @@ async fn rank_main(
         size *= 4;
     }
     comm.close().await
+}
+
+/// Which extra kinds of call the flags ask for (`--bare`, `--window`).
+#[derive(Clone, Copy)]
+struct Kinds {
+    communicator: bool,
+    bare: bool,
+    window: bool,
+}
+
+/// A kind of timed call; its value indexes the times.
+#[derive(Clone, Copy)]
+enum Kind {
+    Communicator,
+    Bare,
+    SharedWindow,
 }
 
 /// `--bare`'s exchange: `refs[r]` to rank `r` with [`Communicator::send`], and into `got[r]`

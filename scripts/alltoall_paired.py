@@ -6,9 +6,12 @@ moves by a third from minute to minute here. This script runs the sides one afte
 seconds apart, and reports per size and side the median time over rounds, and the per-round
 ratio (MPI's time / ours: above 1.0, ours is faster) as min / median / max with the rounds won.
 
-Sides (all without peer error handling, as MPI's, so UCX may use shared memory and CMA):
+Sides (ours without peer error handling unless --error-handling peer, the library's default;
+Open MPI's never have it, so UCX may use shared memory and CMA):
   rust    examples/alltoall.rs (--mode, default event: sleeping on the wakeup fd; with --bare it
           also times a bare exchange of the same parts on alternate calls, a last column)
+  window  examples/alltoall.rs --window-only: SharedWindow::alltoallv, the all-to-all
+          through shared-memory windows (slots of the part size)
   python  examples/python/alltoall.py under python -m ucp.launch
   mpi-ucx the same under Open MPI's UCX layer (`--mca pml ucx`) on the UCX library ucp loads
           (--ucx-lib): Open MPI's Alltoallv on our transport, the like-for-like peer, which
@@ -37,8 +40,9 @@ RESULT = re.compile(r"RESULT impl=(\S+) .*?ranks=(\d+) size=(\d+) median_us=([0-
 def commands(a, side, size):
     """The command line of one side's run at one size."""
     sizes = ["--min-size", str(size), "--max-size", str(size), "--iters", str(a.iters)]
-    if side == "rust":
-        return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes, *(["--bare"] if a.bare else [])]
+    if side in ("rust", "window"):
+        extra = ["--window-only"] if side == "window" else ["--bare"] if a.bare else []
+        return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes, *extra]
     if side == "python":
         launch = [a.python, "-m", "ucp.launch", "-n", str(a.ranks)]
         return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
@@ -62,13 +66,16 @@ def ucx_lib(a):
 def run(a, side, size):
     """One run: the median µs per call it reports for `size`, and the bare exchange's (the Rust
     side under --bare; else None)."""
-    env = dict(os.environ, UCXA_ERROR_HANDLING="none", UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
+    env = dict(os.environ, UCXA_ERROR_HANDLING=a.error_handling, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
     if side == "mpi-ucx":
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [ucx_lib(a), env.get("LD_LIBRARY_PATH")]))
     cmd = commands(a, side, size)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     found = {m[1]: float(m[4]) for m in map(RESULT.search, p.stdout.splitlines()) if m and int(m[3]) == size}
     bare = found.pop("bare", None)
+    window = found.pop("window", None)
+    if side == "window":
+        found = {"window": window} if window is not None else {}
     if found:
         return next(iter(found.values())), bare
     sys.exit(f"{side}: no result for {size} bytes (exit {p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
@@ -80,7 +87,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 1 << 20], help="bytes per pair")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=200, help="timed calls per run (a quarter above 4 MiB)")
-    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "python", "mpi-ucx"])
+    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "window", "python", "mpi-ucx"])
     ap.add_argument("--mode", default="event", choices=["event", "polling", "adaptive"], help="the Rust side's")
     ap.add_argument("--rust-bin", default=str(ROOT / "target/release/examples/alltoall"))
     ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the Python that imports ucp")
@@ -90,6 +97,9 @@ def main():
                     help="the Rust side also times a bare exchange on alternate calls (examples/alltoall.rs --bare)")
     ap.add_argument("--against", default="mpi", choices=["mpi", "mpi-ucx"],
                     help="the side each is compared with (mpi-ucx: the like-for-like row)")
+    ap.add_argument("--error-handling", default="none", choices=["none", "peer"],
+                    help="our sides' UCXA_ERROR_HANDLING (peer: the library's default, which keeps UCX's "
+                         "shared-memory transports off; Open MPI's sides never have it)")
     ap.add_argument("--ucx-lib", help="the UCX libraries for mpi-ucx (default: those of --python's libucx)")
     a = ap.parse_args()
     if a.rounds < 1 or a.ranks < 1 or a.iters < 1 or any(s < 1 for s in a.sizes):
@@ -98,7 +108,7 @@ def main():
         ap.error(f"--sides names {a.against}, the side the others are compared with")
     ref = "MPI" if a.against == "mpi" else "MPI over UCX"
     bare_col = " bare µs (Rust's run) |" if a.bare else ""
-    print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING=none, "
+    print(f"{a.ranks} ranks, {a.rounds} rounds of {a.iters} calls, UCXA_ERROR_HANDLING={a.error_handling}, "
           f"Rust --mode {a.mode}; {ref}'s time / ours per round (> 1: ours faster)")
     print(f"| size per pair | side | ours µs (median of rounds) | {ref} µs | ratio min / median / max | rounds won |"
           + bare_col)

@@ -2,7 +2,7 @@
 //! exit status 0, at once (no UCX context, no server process, no benchmark run), and `bench`
 //! runs a short benchmark start to end with its own server process, as
 //! `scripts/bench_vs_perftest.sh` runs it (and `multirail` its TEST mode, with its own peer;
-//! `alltoall --bare` a short sweep of both kinds of call). Needs the examples built (`cargo test` builds
+//! `alltoall --bare --window` a short sweep of the three kinds of call). Needs the examples built (`cargo test` builds
 //! them). `echo_cuda` is built only with the `cuda` feature.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -281,14 +281,22 @@ fn alltoall_plots_what_the_comparison_script_collected() {
 }
 
 #[test]
-fn alltoall_bare_times_a_bare_exchange_beside_the_communicator() {
-    // Two ranks it starts itself; the debug build checks every call's parts, bare ones too.
-    let args = ["--ranks", "2", "--min-size", "1024", "--max-size", "65536", "--iters", "4", "--bare"];
-    let stdout = run_example("alltoall", &args);
+fn alltoall_bare_and_window_time_their_exchanges_beside_the_communicator() {
+    // Two ranks it starts itself; the debug build checks every call's parts, bare ones too, and
+    // every build each window call's parts.
+    let sizes = ["--ranks", "2", "--min-size", "1024", "--max-size", "65536", "--iters", "4"];
+    let stdout = run_example("alltoall", &[&sizes[..], &["--bare", "--window"]].concat());
+    let window_only = run_example("alltoall", &[&sizes[..], &["--window-only"]].concat());
     for size in [1024, 4096, 16384, 65536] {
-        for name in ["ucx-async", "bare"] {
+        for (out, name, count) in [
+            (&stdout, "ucx-async", 1),
+            (&stdout, "bare", 1),
+            (&stdout, "window", 1),
+            (&window_only, "window", 1),
+            (&window_only, "ucx-async", 0),
+        ] {
             let line = format!("RESULT impl={name} mode=Event ranks=2 size={size} median_us=");
-            assert_eq!(stdout.matches(&line).count(), 1, "{line}\n{stdout}");
+            assert_eq!(out.matches(&line).count(), count, "{line}\n{out}");
         }
     }
 }

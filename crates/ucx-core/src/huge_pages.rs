@@ -37,6 +37,14 @@ pub fn reserve_exact(buf: &mut Vec<u8>, len: usize) -> Result<(), TryReserveErro
     Ok(())
 }
 
+/// Advises huge pages for the memory `handle` registers (a window of shared memory UCX
+/// allocated, say), before it is first touched. Shared memory gets them only where the
+/// administrator allows it (`/sys/kernel/mm/transparent_hugepage/shmem_enabled` = `advise` or
+/// `always`; the usual default is `never`, and then this changes nothing).
+pub fn advise_allocated(handle: &crate::MemoryHandle<'_>) {
+    advise(handle.address() as *mut u8, handle.len());
+}
+
 fn layout(len: usize) -> std::alloc::Layout {
     std::alloc::Layout::array::<u8>(len).unwrap_or(std::alloc::Layout::new::<u8>())
 }

@@ -10,6 +10,8 @@
 //! - `path`: how an `alltoallv` part travels ([`DataPath`]: one message, or batches through a
 //!   pool of bounce buffers, [`Bounce`]).
 //! - `communicator`: [`Communicator`] itself.
+//! - `shared_window`: [`SharedWindow`], an `alltoallv` through shared-memory windows (each part copied once,
+//!   into the receiver's memory) for ranks on one host.
 //! - `device` (feature `cuda`): `alltoallv` between `cust` device buffers.
 mod bootstrap;
 mod communicator;
@@ -17,9 +19,11 @@ mod communicator;
 mod device;
 mod launch;
 mod path;
+mod shared_window;
 mod tag;
 
 pub use communicator::{Communicator, BOOTSTRAP_TIMEOUT};
 pub use launch::{Launch, Root, RENDEZVOUS_FILE};
 pub use path::{Bounce, DataPath, AUTO_MIN_PART};
+pub use shared_window::SharedWindow;
 pub use tag::{MAX_BATCHES, MAX_RANKS, MAX_USER_TAG};

@@ -22,6 +22,7 @@
 //! | our communicator's tags (user tag, source rank, batch) | 8 (a tag) | see the module | [`collective_tag`] |
 //! | our `alltoallv`'s announcement of a part | 12 | `len: u64`, `batch: u32` (0: one message) | [`alltoallv`] |
 //! | our multi-rail hello and message header, and part tags | 18; varies | see the module | [`multirail`] |
+//! | our shared-memory window's entry, and a part's note | 20 + key; 9 | `address: u64`, `slot: u64`, key; `len: u64`, `where: u8` | [`shared_window`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -42,6 +43,7 @@ pub mod handshake;
 pub mod multi_frame;
 pub mod multirail;
 pub mod obj_len;
+pub mod shared_window;
 pub mod worker_address;
 
 pub use ctrl::CtrlMsg;
