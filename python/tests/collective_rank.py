@@ -7,6 +7,12 @@ beside Rust ranks). Modes:
   (sizes 1 KiB to MAX by powers of 4, 4 MiB / size warm-ups (3 to 1000), then ITERS x (barrier, alltoallv, allgather
   of 8 bytes)), so it can stand in for one of its ranks; the parts' bytes are checked.
 
+- ``window``: ``SharedWindow`` with random sizes on both sides of a 64 KiB slot (zero
+  included) over rounds, every window mapped, every byte checked; then a slow reader (rank 0
+  reads its parts only after the others have started the next call) whose parts stay.
+- ``mirror-window MAX ITERS``: the exact sequence of ``examples/alltoall.rs --window-only``
+  (per size: open a window with slots of the size, warm-ups, then ITERS x (barrier, window
+  alltoallv, allgather of 8 bytes)), beside its Rust ranks; the parts' bytes are checked.
 - ``device-allocation-fails``: ``alltoallv_device`` where rank 1's allocator raises: rank 1's
   call raises it, the others' complete whole, and a second call works on every rank.
 - ``huge-announcement``: rank 1 announces a part of 2**50 bytes to rank 0 (and sends 1000):
@@ -142,6 +148,39 @@ async def mirror_alltoall(c, max_size, iters):
             got = await c.alltoallv(parts)
             for s, b in enumerate(got):
                 assert bytes(b) == bytes([(s * c.size + c.rank) & 0xFF]) * size, (size, s)
+            await c.allgather(struct.pack("<Q", 1), bytearray(8 * c.size))
+        size *= 4
+
+
+async def window(c):
+    w = await c.shared_window(64 << 10)
+    assert w.mapped == c.size, (w.mapped, c.size)
+    for rnd in range(6):
+        await w.alltoallv([part(c.rank, d, rnd) for d in range(c.size)])
+        for src in range(c.size):
+            assert bytes(w.part(src)) == part(src, c.rank, rnd), (rnd, src, c.rank, len(w.part(src)))
+    assert w.part(c.rank).readonly
+    for rnd in range(4):
+        await w.alltoallv([bytes([rnd * 16 + c.rank * 3 + d]) * 3000 for d in range(c.size)])
+        if c.rank == 0:
+            await asyncio.sleep(0.1)  # the others start the next call meanwhile
+        for src in range(c.size):
+            assert bytes(w.part(src)) == bytes([rnd * 16 + src * 3 + c.rank]) * 3000, (rnd, src)
+
+
+async def mirror_window(c, max_size, iters):
+    size = 1 << 10
+    while size <= max_size:
+        parts = [bytes([(c.rank * c.size + r) & 0xFF]) * size for r in range(c.size)]
+        n = max(3, -(-iters // 4)) if size > 4 << 20 else iters
+        w = await c.shared_window(size)
+        for _ in range(min(max((4 << 20) // size, 3), 1000)):
+            await w.alltoallv(parts)
+        for _ in range(n):
+            await c.barrier()
+            await w.alltoallv(parts)
+            for s in range(c.size):
+                assert bytes(w.part(s)) == bytes([(s * c.size + c.rank) & 0xFF]) * size, (size, s)
             await c.allgather(struct.pack("<Q", 1), bytearray(8 * c.size))
         size *= 4
 
@@ -290,6 +329,10 @@ async def main():
         await device_allocation_fails(c)
     elif mode == "huge-announcement":
         await huge_announcement(c)
+    elif mode == "window":
+        await window(c)
+    elif mode == "mirror-window":
+        await mirror_window(c, int(args[0]), int(args[1]))
     elif mode == "selftest":
         # Which transports reach the next rank: CMA only without error handling.
         print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)

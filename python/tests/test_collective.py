@@ -66,6 +66,21 @@ def test_python_ranks_without_the_inline_spin(error_handling):
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
 
 
+@pytest.mark.parametrize("error_handling", ["peer", "none"])
+def test_shared_window_moves_parts_of_any_size_and_keeps_a_slow_readers(error_handling):
+    """``SharedWindow`` on three ranks, with and without peer error handling (the mapping
+    needs no transport): random sizes on both sides of the slot, zero included, every window
+    mapped, every byte checked; a slow reader's parts stay while the others start the next
+    call (they write the other half)."""
+    env = dict(os.environ, UCXA_ERROR_HANDLING=error_handling)
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "window"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
+
+
 def test_alltoallv_device_protocol_on_host_memory():
     """``alltoallv_device``'s messages (sizes through a host alltoallv, then each part as one
     message, the own part through the loopback endpoint) checked with host parts and a
@@ -217,6 +232,28 @@ def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path,
             assert f"OK rank {rank}" in stdout
         elif rank == 0:
             assert "RESULT impl=ucx-async" in stdout
+
+
+@pytest.mark.parametrize("rust_ranks, error_handling", [([1], "peer"), ([0, 2], "none")])
+def test_python_and_rust_ranks_share_a_shared_window(rust_alltoall, rust_ranks, error_handling):
+    """Python ranks run the exact sequence of ``alltoall --window-only`` beside Rust ranks
+    running it (the same window entries and notes, ucx-core's ``wire::shared_window``): every
+    rank finishes and the parts check out, each in its receiver's window."""
+    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
+    env["UCXA_ERROR_HANDLING"] = error_handling
+    procs = []
+    for rank in range(3):
+        if rank in rust_ranks:
+            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--window-only"]
+        else:
+            cmd = [sys.executable, RANK_SCRIPT, "mirror-window", "65536", "3"]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+    for rank, (status, stdout) in enumerate(_finish(procs)):
+        assert status == 0, (rank, stdout)
+        if rank not in rust_ranks:
+            assert f"OK rank {rank}" in stdout
+        elif rank == 0:
+            assert "RESULT impl=window" in stdout
 
 
 def _stale_rendezvous(path):

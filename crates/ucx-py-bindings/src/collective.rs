@@ -6,6 +6,7 @@ use pyo3::types::PyBytes;
 use ucx_core::wire::alltoallv::{self, Announce};
 use ucx_core::wire::bootstrap::{self, Answer, Hello};
 use ucx_core::wire::collective_tag;
+use ucx_core::wire::shared_window;
 
 use crate::errors::value_error;
 
@@ -169,4 +170,44 @@ pub(crate) fn alltoallv_device_part_batch() -> usize {
 #[pyfunction]
 pub(crate) fn alltoallv_bounce_defaults() -> (u32, usize) {
     (alltoallv::DEFAULT_BATCH, alltoallv::DEFAULT_DEPTH)
+}
+
+/// A rank's shared-window entry (its window's address and slot, and packed key), padded so
+/// that a key of `longest_key` bytes would fit: every rank's entry has the same length.
+#[pyfunction]
+pub(crate) fn shared_window_entry<'py>(
+    py: Python<'py>,
+    address: u64,
+    slot: u64,
+    key: &[u8],
+    longest_key: usize,
+) -> Bound<'py, PyBytes> {
+    let mut out = Vec::new();
+    shared_window::Entry { address, slot, key }.encode_into(shared_window::ENTRY_HEAD + longest_key, &mut out);
+    PyBytes::new(py, &out)
+}
+
+/// A received shared-window entry as `(address, slot, key)`; `ValueError` if it does not
+/// parse.
+#[pyfunction]
+pub(crate) fn shared_window_entry_decode<'py>(
+    py: Python<'py>,
+    bytes: &[u8],
+) -> PyResult<(u64, u64, Bound<'py, PyBytes>)> {
+    let e = shared_window::Entry::decode(bytes).map_err(value_error)?;
+    Ok((e.address, e.slot, PyBytes::new(py, e.key)))
+}
+
+/// A part's note: its length, and whether it is in the receiver's window (else it follows
+/// as one message).
+#[pyfunction]
+pub(crate) fn shared_window_note<'py>(py: Python<'py>, length: u64, in_window: bool) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &shared_window::Note { len: length, in_window }.encode())
+}
+
+/// A received note as `(length, in_window)`; `ValueError` if it does not parse.
+#[pyfunction]
+pub(crate) fn shared_window_note_decode(bytes: &[u8]) -> PyResult<(u64, bool)> {
+    let n = shared_window::Note::decode(bytes).map_err(value_error)?;
+    Ok((n.len, n.in_window))
 }

@@ -26,7 +26,9 @@
 //! - Leaves: [`host_pool`] (`HostPool`, receive buffers from memory already backed),
 //!   [`collective`] and [`multirail`] (their wire bytes for `ucp.collective` and
 //!   `ucp.multirail`), [`collective_call`] (`ucp.collective`'s calls in one native
-//!   call), [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
+//!   call), [`shared_window`] (`SharedWindowMemory`: `ucp.collective.SharedWindow`'s
+//!   window memory, the peers' windows mapped, the copies into them, views of its own),
+//!   [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
 //!
 //! Everything Python-facing beyond these primitives (the handshake's flow, the close
 //! protocol's flow, `ucp.core`) is pure Python in `python/ucp`; the bytes are ucx-core's.
@@ -48,6 +50,7 @@ mod multirail;
 mod outcome;
 mod request;
 mod rma;
+mod shared_window;
 mod submit;
 mod sync;
 mod target;
@@ -97,6 +100,10 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::shared_window_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::shared_window_entry_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::shared_window_note, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::shared_window_note_decode, m)?)?;
     m.add_class::<context::Context>()?;
     m.add_class::<worker::Worker>()?;
     m.add_class::<endpoint::Endpoint>()?;
@@ -105,6 +112,8 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::Request>()?;
     m.add_class::<rma::MemoryHandle>()?;
     m.add_class::<rma::RemoteKey>()?;
+    m.add_class::<shared_window::SharedWindowMemory>()?;
+    m.add_class::<shared_window::WindowView>()?;
     m.add_class::<host_pool::HostPool>()?;
     m.add_class::<host_pool::HostBuffer>()?;
     m.add_class::<topology::Topology>()?;

@@ -19,10 +19,13 @@ arrays, each part one message from device memory to device memory.
 The package's modules: ``launch`` (the launchers' variables, rank 0's port, a rank's nearest
 devices),
 ``bootstrap`` (how ranks meet), ``communicator`` (``Communicator`` and its collectives),
-``posted`` (a call's operations, posted before anything waits, and the inline spin).
+``posted`` (a call's operations, posted before anything waits, and the inline spin),
+``shared_window`` (``SharedWindow``: an all-to-all through shared-memory windows, each part
+copied once into the receiver's memory, for ranks on one host).
 """
 from .bootstrap import BOOTSTRAP_TIMEOUT
 from .communicator import Communicator
+from .shared_window import SharedWindow
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, free_port, launch_env, local_rank, rank_net_devices
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "Communicator",
     "ERROR_HANDLING",
     "RENDEZVOUS_FILE",
+    "SharedWindow",
     "free_port",
     "launch_env",
     "local_rank",

@@ -491,6 +491,16 @@ class Communicator:
                 f.cancel()
             raise
 
+    async def shared_window(self, slot):
+        """Opens this rank's ``SharedWindow`` (room for a part of up to ``slot`` bytes from each
+        rank, twice: ``2 * size * slot`` bytes of shared memory) and maps every other rank's:
+        an all-to-all whose parts are copied once, into the receiver's memory (see
+        ``ucp.collective.shared_window``). Collective, in order with the other collectives;
+        the slots may differ between ranks."""
+        from .shared_window import SharedWindow  # it uses this module's buffer helpers
+
+        return await SharedWindow.open(self, slot)
+
     async def close(self):
         """A final barrier, then lets every endpoint go."""
         await self.barrier()
