@@ -217,21 +217,9 @@ def test_python_and_rust_ranks_share_a_job(rust_alltoall, rust_ranks, rust_path,
     checks out. Either language can be rank 0, and either can send its parts in batches
     through its bounce pool (3000 bytes: many batches per part) while the other sends whole;
     with error handling or, in both languages, without."""
-    env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
-    env["UCXA_ERROR_HANDLING"] = error_handling
-    procs = []
-    for rank in range(3):
-        if rank in rust_ranks:
-            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--path", rust_path, "--batch", "3000"]
-        else:
-            cmd = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "65536", "3", py_path, "3000"]
-        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
-    for rank, (status, stdout) in enumerate(_finish(procs)):
-        assert status == 0, (rank, stdout)
-        if rank not in rust_ranks:
-            assert f"OK rank {rank}" in stdout
-        elif rank == 0:
-            assert "RESULT impl=ucx-async" in stdout
+    rust = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--path", rust_path, "--batch", "3000"]
+    python = [sys.executable, RANK_SCRIPT, "mirror-alltoall", "65536", "3", py_path, "3000"]
+    _mixed_job(rust_ranks, error_handling, rust, python, "RESULT impl=ucx-async")
 
 
 @pytest.mark.parametrize("rust_ranks, error_handling", [([1], "peer"), ([0, 2], "none")])
@@ -239,21 +227,27 @@ def test_python_and_rust_ranks_share_a_shared_window(rust_alltoall, rust_ranks, 
     """Python ranks run the exact sequence of ``alltoall --window-only`` beside Rust ranks
     running it (the same window entries and notes, ucx-core's ``wire::shared_window``): every
     rank finishes and the parts check out, each in its receiver's window."""
+    rust = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--window-only"]
+    python = [sys.executable, RANK_SCRIPT, "mirror-window", "65536", "3"]
+    _mixed_job(rust_ranks, error_handling, rust, python, "RESULT impl=window")
+
+
+def _mixed_job(rust_ranks, error_handling, rust_cmd, python_cmd, rank_0_says):
+    """Three ranks, those in ``rust_ranks`` running ``rust_cmd`` and the others
+    ``python_cmd``: every rank exits 0, each Python rank says OK, and a Rust rank 0 prints
+    ``rank_0_says``."""
     env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), UCX_NET_DEVICES="lo")
     env["UCXA_ERROR_HANDLING"] = error_handling
     procs = []
     for rank in range(3):
-        if rank in rust_ranks:
-            cmd = [rust_alltoall, "--max-size", "65536", "--iters", "3", "--window-only"]
-        else:
-            cmd = [sys.executable, RANK_SCRIPT, "mirror-window", "65536", "3"]
+        cmd = rust_cmd if rank in rust_ranks else python_cmd
         procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
     for rank, (status, stdout) in enumerate(_finish(procs)):
         assert status == 0, (rank, stdout)
         if rank not in rust_ranks:
             assert f"OK rank {rank}" in stdout
         elif rank == 0:
-            assert "RESULT impl=window" in stdout
+            assert rank_0_says in stdout
 
 
 def _stale_rendezvous(path):
