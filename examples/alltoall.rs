@@ -177,7 +177,8 @@ async fn rank_main(
     comm.close().await
 }
 
-/// Which extra kinds of call the flags ask for (`--bare`, `--window`).
+/// Which kinds of call are timed: the communicator's (unless `--window-only`), and those
+/// `--bare` and `--window` add.
 #[derive(Clone, Copy)]
 struct Kinds {
     communicator: bool,

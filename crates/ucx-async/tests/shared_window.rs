@@ -3,7 +3,6 @@
 //! sizes (zero included) on either side of the slot, with and without peer error handling; a
 //! slow reader whose parts the next call must not overwrite; a rank that fails mid-call; bad
 //! arguments.
-mod common;
 
 use std::future::Future;
 use std::time::Duration;

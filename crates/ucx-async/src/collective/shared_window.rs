@@ -186,15 +186,6 @@ impl SharedWindow<'_> {
         fence(Ordering::Release);
         let notes: Vec<[u8; NOTE_LEN]> =
             (0..size).map(|r| Note { len: parts[r].len() as u64, in_window: in_window[r] }.encode()).collect();
-        if !in_window[me] {
-            let own = &mut self.messages[me];
-            own.clear();
-            huge_pages::reserve_exact(own, parts[me].len()).map_err(|_| Error::Protocol {
-                op: OP,
-                detail: format!("this rank's own part of {} bytes cannot be allocated", parts[me].len()),
-            })?;
-            own.extend_from_slice(parts[me]);
-        }
         let own_slot = self.windows[me].as_ref().map_or(0, |w| w.slot);
         let transfers = self.messages.iter_mut().enumerate().filter(|(r, _)| *r != me).map(|(r, buf)| {
             let (note, part, to_window) = (&notes[r], parts[r], in_window[r]);
@@ -249,7 +240,27 @@ impl SharedWindow<'_> {
         }
         // What the notes told of is read after them.
         fence(Ordering::Acquire);
-        self.landed[me] = if in_window[me] { Landed::InWindow(parts[me].len()) } else { Landed::InMessage };
+        // This rank's own part, when it is over its own slot: copied last, after every note
+        // is out, so that a failure here leaves no peer waiting.
+        self.landed[me] = if in_window[me] {
+            Landed::InWindow(parts[me].len())
+        } else {
+            let own = &mut self.messages[me];
+            own.clear();
+            match huge_pages::reserve_exact(own, parts[me].len()) {
+                Ok(()) => {
+                    own.extend_from_slice(parts[me]);
+                    Landed::InMessage
+                }
+                Err(_) => {
+                    failed.get_or_insert(Error::Protocol {
+                        op: OP,
+                        detail: format!("this rank's own part of {} bytes cannot be allocated", parts[me].len()),
+                    });
+                    Landed::Nowhere
+                }
+            }
+        };
         match failed {
             Some(e) => Err(e),
             None => Ok(()),
