@@ -91,6 +91,7 @@ class SharedWindow:
         await comm._exchange(seq, 0, notes, heard)
         sends, recvs = [None] * size, [None] * size
         landed = [None] * size
+        bad = None  # the first peer's bad note, raised once the healthy peers' parts are in
         for r in range(size):
             if r == me:
                 continue
@@ -99,10 +100,12 @@ class SharedWindow:
             try:
                 n, in_window = _native.shared_window_note_decode(bytes(heard[r]))
             except ValueError as e:
-                raise ValueError(f"rank {r} sent a bad note: {e}") from None
+                bad = bad or ValueError(f"rank {r} sent a bad note: {e}")
+                continue
             if in_window:
                 if n > self._memory.slot:
-                    raise ValueError(f"rank {r} wrote {n} bytes into a slot of {self._memory.slot}")
+                    bad = bad or ValueError(f"rank {r} wrote {n} bytes into a slot of {self._memory.slot}")
+                    continue
                 landed[r] = ("window", n)
             else:
                 recvs[r] = self._messages[r]
@@ -110,6 +113,8 @@ class SharedWindow:
                 landed[r] = ("message", n)
         if any(b is not None for b in sends) or any(b is not None for b in recvs):
             await comm._exchange(seq, 1, sends, recvs)
+        if bad is not None:
+            raise bad
         if fits[me]:
             landed[me] = ("window", lengths[me])
         else:
