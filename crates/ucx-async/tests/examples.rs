@@ -305,13 +305,25 @@ fn alltoall_bare_and_window_time_their_exchanges_beside_the_communicator() {
 /// its first result. Ranks 0 and 1 must end with an error naming the failure within 30 s.
 #[test]
 fn alltoall_ranks_fail_not_hang_when_one_is_killed() {
+    ranks_fail_not_hang_when_one_is_killed(&["--max-size", "67108864"]);
+}
+
+/// The same through shared-memory windows: rank 2 dies while the others write into its
+/// window, which they still map.
+#[test]
+fn alltoall_window_ranks_fail_not_hang_when_one_is_killed() {
+    ranks_fail_not_hang_when_one_is_killed(&["--max-size", "1048576", "--window-only"]);
+}
+
+fn ranks_fail_not_hang_when_one_is_killed(args: &[&str]) {
     use std::io::{BufRead, BufReader};
     let path = example("alltoall").expect("example alltoall is missing: run `cargo test -p ucx-async`");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut ranks: Vec<_> = (0..3)
         .map(|r| {
             Command::new(&path)
-                .args(["--max-size", "67108864", "--iters", "1000"])
+                .args(args)
+                .args(["--iters", "1000"])
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", "3")
                 .env("MASTER_ADDR", "127.0.0.1")
