@@ -13,6 +13,7 @@ Open MPI's never have it, so UCX may use shared memory and CMA):
   window  examples/alltoall.rs --window-only: SharedWindow::alltoallv, the all-to-all
           through shared-memory windows (slots of the part size)
   python  examples/python/alltoall.py under python -m ucp.launch
+  python-window  the same with --window (ucp.collective.SharedWindow)
   mpi-ucx the same under Open MPI's UCX layer (`--mca pml ucx`) on the UCX library ucp loads
           (--ucx-lib): Open MPI's Alltoallv on our transport, the like-for-like peer, which
           tells what UCX itself costs against Open MPI's own shared memory
@@ -43,9 +44,9 @@ def commands(a, side, size):
     if side in ("rust", "window"):
         extra = ["--window-only"] if side == "window" else ["--bare"] if a.bare else []
         return [a.rust_bin, "--ranks", str(a.ranks), "--mode", a.mode, *sizes, *extra]
-    if side == "python":
+    if side in ("python", "python-window"):
         launch = [a.python, "-m", "ucp.launch", "-n", str(a.ranks)]
-        return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes]
+        return [*launch, str(ROOT / "examples/python/alltoall.py"), *sizes, *(["--window"] if side == "python-window" else [])]
     mpi = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-n", str(a.ranks)]
     if side == "mpi-ucx":
         # Open MPI's UCX layer accepts only network devices unless told otherwise; the library
@@ -87,7 +88,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 1 << 20], help="bytes per pair")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=200, help="timed calls per run (a quarter above 4 MiB)")
-    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "window", "python", "mpi-ucx"])
+    ap.add_argument("--sides", nargs="+", default=["rust", "python"], choices=["rust", "window", "python", "python-window", "mpi-ucx"])
     ap.add_argument("--mode", default="event", choices=["event", "polling", "adaptive"], help="the Rust side's")
     ap.add_argument("--rust-bin", default=str(ROOT / "target/release/examples/alltoall"))
     ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the Python that imports ucp")

@@ -7,8 +7,10 @@ pages from 4 MiB, as NumPy allocates them), as MPI's are; the received parts reu
 bytearrays. Rank 0
 prints one RESULT line per size.
 
-Run: python -m ucp.launch -n 2 examples/python/alltoall.py [--max-size B] [--iters N]
+Run: python -m ucp.launch -n 2 examples/python/alltoall.py [--max-size B] [--iters N] [--window]
 UCXA_ERROR_HANDLING=none gives the ranks endpoints without peer error handling, as MPI's.
+--window times ``SharedWindow.alltoallv`` instead (slots of the part size; the parts read
+where they landed), as ``alltoall --window-only`` does in Rust.
 """
 import argparse
 import asyncio
@@ -31,18 +33,31 @@ async def main(args):
         send = np.repeat(np.arange(rank * ranks, (rank + 1) * ranks, dtype="u1"), size)
         parts = [send[r * size : (r + 1) * size] for r in range(ranks)]
         n = max(3, -(-args.iters // 4)) if size > 4 << 20 else args.iters
+        if args.window:
+            window = await comm.shared_window(size)
+
+            async def call():
+                await window.alltoallv(parts)
+                return window.parts()
+
+        else:
+
+            async def call():
+                await comm.alltoallv_into(parts, got)
+                return got
+
         for _ in range(min(max((4 << 20) // size, 3), 1000)):
-            await comm.alltoallv_into(parts, got)
+            await call()
         times = []
         everyone = bytearray(8 * ranks)
         for _ in range(n):
             await comm.barrier()
             t = time.perf_counter_ns()
-            await comm.alltoallv_into(parts, got)
+            out = await call()
             mine = struct.pack("<Q", time.perf_counter_ns() - t)
             await comm.allgather(mine, everyone)
             times.append(max(struct.unpack(f"<{ranks}Q", everyone)))
-        wrong = [s for s in range(ranks) if len(got[s]) != size or got[s][0] != (s * ranks + rank) % 256]
+        wrong = [s for s in range(ranks) if len(out[s]) != size or out[s][0] != (s * ranks + rank) % 256]
         if wrong:
             raise SystemExit(f"rank {rank}: wrong parts from ranks {wrong} at {size} bytes")
         times.sort()
@@ -50,7 +65,7 @@ async def main(args):
         if rank == 0:
             moved = ranks * (ranks - 1) * size
             print(
-                f"RESULT impl=ucp-python ranks={ranks} size={size} median_us={median / 1e3:.1f} gbps={moved / median:.3f}",
+                f"RESULT impl={'ucp-python-window' if args.window else 'ucp-python'} ranks={ranks} size={size} median_us={median / 1e3:.1f} gbps={moved / median:.3f}",
                 flush=True,
             )
         size *= 4
@@ -62,4 +77,5 @@ if __name__ == "__main__":
     parser.add_argument("--min-size", type=int, default=1 << 10)
     parser.add_argument("--max-size", type=int, default=64 << 20)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--window", action="store_true", help="time SharedWindow.alltoallv instead")
     asyncio.run(main(parser.parse_args()))

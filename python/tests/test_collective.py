@@ -81,6 +81,21 @@ def test_shared_window_moves_parts_of_any_size_and_keeps_a_slow_readers(error_ha
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
 
 
+@pytest.mark.parametrize("window", [[], ["--window"]])
+def test_the_python_alltoall_benchmark_times_each_size(window):
+    """``examples/python/alltoall.py``, with ``alltoallv_into`` or ``--window``
+    (``SharedWindow``): a RESULT line per size, each call's parts checked by the example."""
+    p = subprocess.run(
+        [sys.executable, "-m", "ucp.launch", "-n", "2", str(ROOT / "examples" / "python" / "alltoall.py"),
+         "--max-size", "16384", "--iters", "3", *window],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    impl = "ucp-python-window" if window else "ucp-python"
+    for size in (1024, 4096, 16384):
+        assert f"RESULT impl={impl} ranks=2 size={size} " in p.stdout, p.stdout
+
+
 def test_alltoallv_device_protocol_on_host_memory():
     """``alltoallv_device``'s messages (sizes through a host alltoallv, then each part as one
     message, the own part through the loopback endpoint) checked with host parts and a
