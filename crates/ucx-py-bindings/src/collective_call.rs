@@ -152,12 +152,74 @@ pub(crate) fn collective_allgather<'py>(
     barrier: bool,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let eps = items::<Endpoint>(eps)?;
-    let world = eps.len();
-    let (Ok(src), Ok(mut dst)) = (PyBuf::readable(mine), PyBuf::writable(out)) else { return Ok(None) };
-    let n = src.byte_len();
-    if src.memory_type() != MemoryType::Host || dst.memory_type() != MemoryType::Host || n > SMALL_ALLGATHER_MAX {
+    let Ok(src) = PyBuf::readable(mine) else { return Ok(None) };
+    if src.memory_type() != MemoryType::Host || src.byte_len() > SMALL_ALLGATHER_MAX {
         return Ok(None);
     }
+    let message = host_bytes(&src).to_vec();
+    drop(src);
+    small_exchange(py, &eps, me, seq, |_| &message, out, spin_us, barrier)
+}
+
+/// [`collective_allgather`] with a message of its own for each rank: `sends[r]` (host
+/// buffers, all of one length, at most [`SMALL_ALLGATHER_MAX`] bytes) to rank `r`, and each
+/// rank's message to this rank into its slice of `out` (this rank's own `sends[me]` copied
+/// there). For small per-peer messages, such as `SharedWindow`'s notes, in one crossing.
+/// `ValueError` if the lengths differ or are too large, or a send is not host memory.
+#[pyfunction]
+pub(crate) fn collective_exchange_small<'py>(
+    py: Python<'py>,
+    eps: &Bound<'py, PyAny>,
+    me: usize,
+    seq: u32,
+    sends: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    spin_us: u64,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let eps = items::<Endpoint>(eps)?;
+    let mut messages = Vec::with_capacity(eps.len());
+    for item in sends.try_iter()? {
+        let buf = PyBuf::readable(&item?)?;
+        if buf.memory_type() != MemoryType::Host {
+            return Err(PyValueError::new_err(format!("the message for rank {} is not host memory", messages.len())));
+        }
+        messages.push(host_bytes(&buf).to_vec());
+    }
+    let n = messages.first().map_or(0, Vec::len);
+    if messages.len() != eps.len() || n > SMALL_ALLGATHER_MAX || messages.iter().any(|m| m.len() != n) {
+        let lens: Vec<usize> = messages.iter().map(Vec::len).collect();
+        return Err(PyValueError::new_err(format!(
+            "{} ranks need one message each, of one length up to {SMALL_ALLGATHER_MAX} bytes; got lengths {lens:?}",
+            eps.len()
+        )));
+    }
+    small_exchange(py, &eps, me, seq, |r| &messages[r], out, spin_us, false)
+}
+
+/// The body of [`collective_allgather`] and [`collective_exchange_small`]: `message(r)` (all of
+/// one length) to every other rank, then each rank's into its slice of `out` in turn, this
+/// rank's own copied there. See [`collective_allgather`] for `barrier` and the result.
+#[allow(clippy::too_many_arguments)]
+fn small_exchange<'py, 'm>(
+    py: Python<'py>,
+    eps: &[Bound<'py, Endpoint>],
+    me: usize,
+    seq: u32,
+    message: impl Fn(usize) -> &'m [u8],
+    out: &Bound<'py, PyAny>,
+    spin_us: u64,
+    barrier: bool,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let world = eps.len();
+    if me >= world {
+        return Err(PyValueError::new_err(format!("rank {me} is not below the world size {world}")));
+    }
+    let Ok(mut dst) = PyBuf::writable(out) else { return Ok(None) };
+    if dst.memory_type() != MemoryType::Host {
+        return Ok(None);
+    }
+    let own = message(me);
+    let n = own.len();
     if dst.len() != n * world {
         return Err(PyValueError::new_err(format!(
             "out holds {} bytes, {world} ranks x {n} need {}",
@@ -165,30 +227,25 @@ pub(crate) fn collective_allgather<'py>(
             n * world
         )));
     }
-    if me >= world {
-        return Err(PyValueError::new_err(format!("rank {me} is not below the world size {world}")));
-    }
     let mut left = Leftovers::new(py);
     if n == 0 && !barrier {
         return Ok(Some(left.list));
     }
     let deadline = Instant::now() + Duration::from_micros(spin_us);
     let tags = Tags::of(seq, me, world, 0)?;
-    let message = host_bytes(&src).to_vec();
     for (r, ep) in eps.iter().enumerate() {
         if r == me {
             continue;
         }
-        left.posted("send", r, n, ep.get().send_bytes_checked(py, message.clone(), tags.mine))?;
+        left.posted("send", r, n, ep.get().send_bytes_checked(py, message(r).to_vec(), tags.mine))?;
     }
     // This rank's own part: copied, not sent to itself.
     if n > 0 {
-        // SAFETY: `dst` holds `n * world` writable bytes (checked above), `src` `n` readable
-        // ones, in different objects or the same memory (the copy allows overlap); both
-        // exports are held and no Python code runs meanwhile.
-        unsafe { std::ptr::copy(src.as_ptr(), dst.as_mut_ptr().add(me * n), n) };
+        // SAFETY: `dst` holds `n * world` writable bytes (checked above) and `own` `n`
+        // readable ones, a copy of the caller's (so the two never overlap); the export is held
+        // and no Python code runs meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), dst.as_mut_ptr().add(me * n), n) };
     }
-    drop(src);
     for (r, ep) in eps.iter().enumerate() {
         if r == me {
             continue;

@@ -97,6 +97,7 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_bounce_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(collective_call::collective_allgather, m)?)?;
     m.add_function(wrap_pyfunction!(collective_call::collective_alltoallv, m)?)?;
+    m.add_function(wrap_pyfunction!(collective_call::collective_exchange_small, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_len_decode, m)?)?;
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;

@@ -18,6 +18,7 @@ has started call k + 1, that is once it is done with the parts of call k. So a p
 """
 from .. import _ucx_async as _native
 from .. import core
+from ..continuous_ucx_progress import inline_spin_us
 from .communicator import _copy_into, _resize
 
 _NOTE_LEN = len(_native.shared_window_note(0, True))
@@ -86,9 +87,12 @@ class SharedWindow:
         self._landed = [None] * size
         seq = comm._next_seq()
         lengths = [memoryview(p).nbytes for p in parts]
-        notes = [_native.shared_window_note(lengths[r], fits[r]) if r != me else None for r in range(size)]
-        heard = [bytearray(_NOTE_LEN) if r != me else None for r in range(size)]
-        await comm._exchange(seq, 0, notes, heard)
+        notes = [_native.shared_window_note(lengths[r], fits[r]) for r in range(size)]
+        heard = bytearray(_NOTE_LEN * size)
+        # In one native call, the worker spinning for the inline budget (as a small allgather).
+        left = _native.collective_exchange_small(comm._native_eps, me, seq, notes, heard, inline_spin_us())
+        if left:
+            await comm._finish_native(seq, left, None)
         sends, recvs = [None] * size, [None] * size
         landed = [None] * size
         bad = None  # the first peer's bad note, raised once the healthy peers' parts are in
@@ -98,7 +102,7 @@ class SharedWindow:
             if not fits[r]:
                 sends[r] = parts[r]
             try:
-                n, in_window = _native.shared_window_note_decode(bytes(heard[r]))
+                n, in_window = _native.shared_window_note_decode(bytes(heard[r * _NOTE_LEN : (r + 1) * _NOTE_LEN]))
             except ValueError as e:
                 bad = bad or ValueError(f"rank {r} sent a bad note: {e}")
                 continue
