@@ -1,6 +1,7 @@
 //! `ucp.collective`'s calls in one crossing into native code where they can be: a barrier,
-//! an allgather of up to 1 KiB, and an `alltoallv` whose parts ride in their announcements or
-//! go direct (one message from the caller's memory). Every send is posted (announcements are
+//! an allgather of up to 1 KiB (and its variant with a message per rank, `SharedWindow`'s
+//! notes), and an `alltoallv` whose parts ride in their announcements or go direct (one
+//! message from the caller's memory). Every send is posted (announcements are
 //! eager: they finish here), then each peer's message is taken in turn while the worker spins
 //! for the caller's budget, a direct part's receive posted as its announcement is read; then
 //! the worker spins until what was posted is done. Whatever is still in flight when the
