@@ -163,6 +163,20 @@ fn map_with<'a>(
     })
 }
 
+/// Whether `len` bytes from `start` lie inside one shared mapping of this process (a line of
+/// `/proc/self/maps` whose permissions say `s`); false where /proc cannot tell.
+fn in_one_shared_mapping(start: usize, len: usize) -> bool {
+    let Some(end) = start.checked_add(len) else { return false };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    maps.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { return false };
+        let Some((lo, hi)) = range.split_once('-') else { return false };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { return false };
+        lo <= start && start < hi && end <= hi && perms.as_bytes().get(3) == Some(&b's')
+    })
+}
+
 /// A peer's remote key unpacked on an endpoint (`ucp_rkey_h`); it keeps the endpoint alive.
 pub struct RemoteKey {
     handle: sys::ucp_rkey_h,
@@ -183,22 +197,31 @@ impl Drop for RemoteKey {
 }
 
 impl RemoteKey {
-    /// Where the peer's memory at `remote_addr` (inside the memory this key was packed from)
-    /// appears in this process (`ucp_rkey_ptr`), to read and write with plain loads and stores
-    /// instead of messages. UCX offers it for memory it shares between processes: a peer on
-    /// this host whose memory UCX allocated ([`MemoryHandle::allocate`], in System V or POSIX
-    /// shared memory), whatever the endpoint's error handling (the key maps the memory; no
-    /// transport lane is involved). Elsewhere (a peer on another host, a mapped user buffer
+    /// Where the peer's `len` bytes at `remote_addr` (inside the memory this key was packed
+    /// from) appear in this process (`ucp_rkey_ptr`), to read and write with plain loads and
+    /// stores instead of messages. UCX offers it for memory it shares between processes: a
+    /// peer on this host whose memory UCX allocated ([`MemoryHandle::allocate`], in System V or
+    /// POSIX shared memory), whatever the endpoint's error handling (the key maps the memory;
+    /// no transport lane is involved). Elsewhere (a peer on another host, a mapped user buffer
     /// without xpmem) UCX answers `Status::Unreachable`.
+    ///
+    /// UCX does not check the address against the key's bounds, so this does: the whole range
+    /// must lie inside one shared mapping of this process (`/proc/self/maps`), else
+    /// `Status::InvalidParam` (a peer that announced more than it shares never has this
+    /// process write into its own private memory).
     ///
     /// The pointer stays valid while this key lives and the peer keeps its handle. Both sides
     /// access the same memory, so they must agree on who writes where and when (a message
     /// after a write), as with any shared memory; dereferencing it is the caller's `unsafe`.
-    pub fn local_ptr(&self, remote_addr: u64) -> Result<*mut u8> {
+    pub fn local_ptr(&self, remote_addr: u64, len: usize) -> Result<*mut u8> {
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: the rkey is live (its endpoint held); UCX checks the address against the
-        // key's range and writes only `ptr`.
+        // SAFETY: the rkey is live (its endpoint held); UCX writes only `ptr`.
         check("ucp_rkey_ptr", unsafe { sys::ucp_rkey_ptr(self.handle, remote_addr, &mut ptr) })?;
+        let start = ptr as usize;
+        if !in_one_shared_mapping(start, len) {
+            let detail = format!("{len} bytes at {remote_addr:#x} do not lie inside one shared mapping here");
+            return Err(Error::with_detail("ucp_rkey_ptr", Status::InvalidParam, detail));
+        }
         Ok(ptr.cast())
     }
 

@@ -217,7 +217,7 @@ fn a_peers_shared_memory_is_reached_through_its_key_as_a_local_pointer() {
     let packed = mem.pack_rkey().unwrap();
     let ep = to_b(false);
     let rkey = ep.unpack_rkey(&packed).unwrap();
-    let at = rkey.local_ptr(mem.address() + 100).unwrap();
+    let at = rkey.local_ptr(mem.address() + 100, 5000).unwrap();
     let data = pattern(5000, 3);
     // SAFETY: the key lives, and nothing else touches these 5000 bytes of the 64 KiB.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
@@ -226,21 +226,31 @@ fn a_peers_shared_memory_is_reached_through_its_key_as_a_local_pointer() {
     // The other way: the owner writes, the key's side reads.
     // SAFETY: the owner's memory, 64 KiB; nothing else touches these 4 bytes.
     unsafe { std::ptr::copy_nonoverlapping([7u8; 4].as_ptr(), (mem.address() + 60000) as *mut u8, 4) };
-    let seen = rkey.local_ptr(mem.address() + 60000).unwrap();
+    let seen = rkey.local_ptr(mem.address() + 60000, 4).unwrap();
     // SAFETY: the key lives; nothing writes these bytes now.
     assert_eq!(unsafe { std::slice::from_raw_parts(seen, 4) }, [7u8; 4]);
 
     // Memory UCX did not allocate is not shared: a key to a mapped user buffer has no pointer.
     let mut user = vec![0u8; 4096];
     let mapped = MemoryHandle::map(&ctx, &mut user[..]).unwrap();
-    let e = ep.unpack_rkey(&mapped.pack_rkey().unwrap()).unwrap().local_ptr(mapped.address()).unwrap_err();
+    let e = ep.unpack_rkey(&mapped.pack_rkey().unwrap()).unwrap().local_ptr(mapped.address(), 8).unwrap_err();
     assert_eq!(e.status(), Status::Unreachable, "{e}");
     drop(mapped);
     // With error handling, where UCX sends messages between local processes over TCP instead
     // of shared memory, the key still maps the memory: the pointer is the key's, not a lane's.
     let key = to_b(true).unpack_rkey(&packed).unwrap();
     // SAFETY: the key lives; only reads.
-    assert_eq!(unsafe { std::slice::from_raw_parts(key.local_ptr(mem.address() + 100).unwrap(), 8) }, &data[..8]);
+    assert_eq!(unsafe { std::slice::from_raw_parts(key.local_ptr(mem.address() + 100, 8).unwrap(), 8) }, &data[..8]);
+
+    // UCX maps any address through a key, in bounds or not; the range is checked against this
+    // process's shared mappings, so a peer that claims more than it shares is refused.
+    assert!(rkey.local_ptr(mem.address(), mem.len()).is_ok());
+    for (at, len) in [(0, mem.len() + (1 << 20)), (mem.len() as u64 + (1 << 30), 1), (0, usize::MAX)] {
+        let e = rkey.local_ptr(mem.address() + at, len).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidParam, "{e}");
+    }
+    let e = rkey.local_ptr(mem.address() - (1 << 30), 1).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidParam, "{e}");
 }
 
 #[test]

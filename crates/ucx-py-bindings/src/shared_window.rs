@@ -94,14 +94,20 @@ impl SharedWindowMemory {
         if rank >= self.inner.size || rank == self.rank {
             return Err(PyValueError::new_err(format!("rank {rank} is not another rank of {}", self.inner.size)));
         }
-        let slot = usize::try_from(slot).map_err(|_| PyValueError::new_err(format!("a slot of {slot} bytes")))?;
-        match rkey.inner.local_ptr(address) {
+        let len = usize::try_from(slot).ok().and_then(|s| s.checked_mul(2 * self.inner.size));
+        let (Some(len), Ok(slot)) = (len, usize::try_from(slot)) else {
+            return Err(PyValueError::new_err(format!("rank {rank} announced a slot of {slot} bytes")));
+        };
+        match rkey.inner.local_ptr(address, len) {
             Ok(base) => {
                 lock(&self.inner.peers)[rank] =
                     Some(Peer { base: base as usize, slot, _key: Some(rkey.inner.clone()) });
                 Ok(true)
             }
             Err(e) if e.status() == Status::Unreachable => Ok(false),
+            Err(e) if e.status() == Status::InvalidParam => Err(PyValueError::new_err(format!(
+                "rank {rank} announced a window of {len} bytes that its key does not map ({e})"
+            ))),
             Err(e) => Err(errors::from_core(py, &e)),
         }
     }

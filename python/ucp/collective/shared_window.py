@@ -55,17 +55,20 @@ class SharedWindow:
         room = len(entry)
         entries = bytearray(room * size)
         await comm.allgather(entry, entries)
+        bad = None  # a peer's bad entry, raised after the barrier so that no rank waits in it
         for r in range(size):
             if r == me:
                 continue
             try:
                 address, peer_slot, peer_key = _native.shared_window_entry_decode(bytes(entries[r * room : (r + 1) * room]))
+                memory.map(r, comm._native_eps[r].unpack_rkey(peer_key), address, peer_slot)
             except ValueError as e:
-                raise ValueError(f"rank {r} sent a bad window entry: {e}") from None
-            memory.map(r, comm._native_eps[r].unpack_rkey(peer_key), address, peer_slot)
+                bad = bad or ValueError(f"rank {r}'s window: {e}")
         # No rank returns (and may drop its window, whose memory goes once no process maps
         # it) before every rank has mapped every other's.
         await comm.barrier()
+        if bad is not None:
+            raise bad
         return cls(comm, memory)
 
     @property

@@ -122,25 +122,45 @@ impl Communicator {
         let mut all = vec![0u8; room * size];
         self.allgather(&entry, &mut all).await?;
         let mut windows = Vec::with_capacity(size);
+        // A peer's bad entry fails this rank's call, after the barrier below, so that no rank
+        // is left waiting in it.
+        let mut failure = None;
         for (r, bytes) in all.chunks_exact(room).enumerate() {
-            let e = Entry::decode(bytes)
-                .map_err(|e| Error::Protocol { op: OPEN, detail: format!("rank {r} sent a bad window entry: {e}") })?;
-            let slot = usize::try_from(e.slot).unwrap_or(0);
             if r == me {
                 windows.push(Some(Mapped { base: Base(mine.address() as *mut u8), slot, _key: None }));
                 continue;
             }
-            let key = self.endpoint(r)?.unpack_rkey(e.key)?;
-            match key.local_ptr(e.address) {
-                Ok(base) => windows.push(Some(Mapped { base: Base(base), slot, _key: Some(key) })),
-                // Not shared with this process (another host): messages instead.
-                Err(e) if e.status() == Status::Unreachable => windows.push(None),
-                Err(e) => return Err(e.into()),
+            let bad = |what: String| Error::Protocol { op: OPEN, detail: format!("rank {r} announced {what}") };
+            let mapped = Entry::decode(bytes).map_err(|e| bad(format!("a bad window entry: {e}"))).and_then(|e| {
+                let key = self.endpoint(r)?.unpack_rkey(e.key)?;
+                let slot = usize::try_from(e.slot).ok();
+                let (Some(slot), Some(len)) = (slot, slot.and_then(|s| s.checked_mul(2 * size))) else {
+                    return Err(bad(format!("a slot of {} bytes", e.slot)));
+                };
+                match key.local_ptr(e.address, len) {
+                    Ok(base) => Ok(Some(Mapped { base: Base(base), slot, _key: Some(key) })),
+                    // Not shared with this process (another host): messages instead.
+                    Err(e) if e.status() == Status::Unreachable => Ok(None),
+                    Err(e) if e.status() == Status::InvalidParam => {
+                        Err(bad(format!("a window of {len} bytes that its key does not map ({e})")))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            });
+            match mapped {
+                Ok(w) => windows.push(w),
+                Err(e) => {
+                    windows.push(None);
+                    failure.get_or_insert(e);
+                }
             }
         }
         // No rank returns (and may drop its window, whose memory goes once no process maps
         // it) before every rank has mapped every other's.
         self.barrier().await?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
         Ok(SharedWindow {
             comm: self,
             _memory: mine,
