@@ -62,7 +62,7 @@ class SharedWindow:
             try:
                 address, peer_slot, peer_key = _native.shared_window_entry_decode(bytes(entries[r * room : (r + 1) * room]))
                 memory.map(r, comm._native_eps[r].unpack_rkey(peer_key), address, peer_slot)
-            except ValueError as e:
+            except Exception as e:  # a bad entry, or a key UCX cannot unpack
                 bad = bad or ValueError(f"rank {r}'s window: {e}")
         # No rank returns (and may drop its window, whose memory goes once no process maps
         # it) before every rank has mapped every other's.
