@@ -198,13 +198,6 @@ pub(crate) fn shared_window_entry_decode<'py>(
     Ok((e.address, e.slot, PyBytes::new(py, e.key)))
 }
 
-/// A part's note: its length, and whether it is in the receiver's window (else it follows
-/// as one message).
-#[pyfunction]
-pub(crate) fn shared_window_note<'py>(py: Python<'py>, length: u64, in_window: bool) -> Bound<'py, PyBytes> {
-    PyBytes::new(py, &shared_window::Note { len: length, in_window }.encode())
-}
-
 /// A received note as `(length, in_window)`; `ValueError` if it does not parse.
 #[pyfunction]
 pub(crate) fn shared_window_note_decode(bytes: &[u8]) -> PyResult<(u64, bool)> {

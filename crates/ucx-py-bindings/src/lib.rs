@@ -103,7 +103,6 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective::alltoallv_device_part_batch, m)?)?;
     m.add_function(wrap_pyfunction!(collective::shared_window_entry, m)?)?;
     m.add_function(wrap_pyfunction!(collective::shared_window_entry_decode, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::shared_window_note, m)?)?;
     m.add_function(wrap_pyfunction!(collective::shared_window_note_decode, m)?)?;
     m.add_class::<context::Context>()?;
     m.add_class::<worker::Worker>()?;

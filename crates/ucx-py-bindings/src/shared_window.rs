@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use ucx_core::wire::shared_window::Note;
 use ucx_core::{MemoryType, SendBuffer, Status};
 
 use crate::buffer::PyBuf;
@@ -120,8 +121,14 @@ impl SharedWindowMemory {
 
     /// Copies each of `parts` (host buffers, one per rank) that fits its receiver's slot into
     /// slot `rank` of half `half` of that receiver's window, peers from the next rank on and
-    /// this rank's own last; returns, by rank, whether its part went into the window.
-    fn write(&self, half: usize, parts: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<bool>> {
+    /// this rank's own last; returns, by rank, the part's note (`wire::shared_window`: its
+    /// length, and whether it went into the window) and whether it did.
+    fn write<'py>(
+        &self,
+        py: Python<'py>,
+        half: usize,
+        parts: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<(Vec<Bound<'py, PyBytes>>, Vec<bool>)> {
         let (me, size) = (self.rank, self.inner.size);
         if parts.len() != size {
             return Err(PyValueError::new_err(format!("{} parts for {size} ranks", parts.len())));
@@ -150,7 +157,10 @@ impl SharedWindowMemory {
         }
         // The copies are visible before any note that tells of them.
         fence(Ordering::Release);
-        Ok(fits)
+        let notes = (0..size)
+            .map(|r| PyBytes::new(py, &Note { len: bufs[r].byte_len() as u64, in_window: fits[r] }.encode()))
+            .collect();
+        Ok((notes, fits))
     }
 
     /// A read-only view of `length` bytes at slot `source` of half `half` of this rank's

@@ -21,8 +21,6 @@ from .. import core
 from ..continuous_ucx_progress import inline_spin_us
 from .communicator import _copy_into, _resize
 
-_NOTE_LEN = len(_native.shared_window_note(0, True))
-
 
 class SharedWindow:
     """An all-to-all through shared-memory windows, opened by ``Communicator.shared_window``.
@@ -85,13 +83,12 @@ class SharedWindow:
         if len(parts) != size:
             raise ValueError(f"{len(parts)} parts for {size} ranks")
         half = self._calls % 2
-        fits = self._memory.write(half, list(parts))
+        notes, fits = self._memory.write(half, list(parts))  # the copies, and each part's note
         self._calls += 1
         self._landed = [None] * size
         seq = comm._next_seq()
-        lengths = [memoryview(p).nbytes for p in parts]
-        notes = [_native.shared_window_note(lengths[r], fits[r]) for r in range(size)]
-        heard = bytearray(_NOTE_LEN * size)
+        note_len = len(notes[me])
+        heard = bytearray(note_len * size)
         # In one native call, the worker spinning for the inline budget (as a small allgather).
         left = _native.collective_exchange_small(comm._native_eps, me, seq, notes, heard, inline_spin_us())
         if left:
@@ -105,7 +102,7 @@ class SharedWindow:
             if not fits[r]:
                 sends[r] = parts[r]
             try:
-                n, in_window = _native.shared_window_note_decode(bytes(heard[r * _NOTE_LEN : (r + 1) * _NOTE_LEN]))
+                n, in_window = _native.shared_window_note_decode(bytes(heard[r * note_len : (r + 1) * note_len]))
             except ValueError as e:
                 bad = bad or ValueError(f"rank {r} sent a bad note: {e}")
                 continue
@@ -122,12 +119,13 @@ class SharedWindow:
             await comm._exchange(seq, 1, sends, recvs)
         if bad is not None:
             raise bad
+        own = _native.shared_window_note_decode(notes[me])[0]
         if fits[me]:
-            landed[me] = ("window", lengths[me])
+            landed[me] = ("window", own)
         else:
-            _resize(self._messages[me], lengths[me])
+            _resize(self._messages[me], own)
             _copy_into(self._messages[me], parts[me])
-            landed[me] = ("message", lengths[me])
+            landed[me] = ("message", own)
         self._landed = landed
 
     def part(self, source):
