@@ -9,7 +9,8 @@ beside Rust ranks). Modes:
 
 - ``window``: ``SharedWindow`` with random sizes on both sides of a 64 KiB slot (zero
   included) over rounds, every window mapped, every byte checked; then a slow reader (rank 0
-  reads its parts only after the others have started the next call) whose parts stay.
+  reads its parts only after the others have started the next call) whose parts stay; then
+  the same through a window of 512 KiB slots, reached on huge pages.
 - ``mirror-window MAX ITERS``: the exact sequence of ``examples/alltoall.rs --window-only``
   (per size: open a window with slots of the size, warm-ups, then ITERS x (barrier, window
   alltoallv, allgather of 8 bytes)), beside its Rust ranks; the parts' bytes are checked.
@@ -166,6 +167,14 @@ async def window(c):
             await asyncio.sleep(0.1)  # the others start the next call meanwhile
         for src in range(c.size):
             assert bytes(w.part(src)) == bytes([rnd * 16 + src * 3 + c.rank]) * 3000, (rnd, src)
+    # Windows of 2 MiB and more are reached through a second attachment on huge pages.
+    assert w.on_huge_pages == 0, w.on_huge_pages
+    big = await c.shared_window(512 << 10)
+    assert (big.mapped, big.on_huge_pages) == (c.size, c.size), (big.mapped, big.on_huge_pages)
+    for rnd in range(6, 10):
+        await big.alltoallv([part(c.rank, d, rnd) for d in range(c.size)])
+        for src in range(c.size):
+            assert bytes(big.part(src)) == part(src, c.rank, rnd), (rnd, src, c.rank, len(big.part(src)))
 
 
 async def mirror_window(c, max_size, iters):

@@ -71,7 +71,7 @@ def test_shared_window_moves_parts_of_any_size_and_keeps_a_slow_readers(error_ha
     """``SharedWindow`` on three ranks, with and without peer error handling (the mapping
     needs no transport): random sizes on both sides of the slot, zero included, every window
     mapped, every byte checked; a slow reader's parts stay while the others start the next
-    call (they write the other half)."""
+    call (they write the other half); a window of 2 MiB and more is reached on huge pages."""
     env = dict(os.environ, UCXA_ERROR_HANDLING=error_handling)
     p = subprocess.run(
         [sys.executable, "-m", "ucp.launch", "-n", "3", RANK_SCRIPT, "window"],

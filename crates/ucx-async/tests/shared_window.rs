@@ -44,45 +44,50 @@ where
 }
 
 /// The bytes rank `src` sends rank `dst` in round `round`: random lengths (zero included) on
-/// both sides of a 64 KiB slot, contents that name them.
-fn part(src: usize, dst: usize, round: u64) -> Vec<u8> {
+/// both sides of a `slot`, contents that name them.
+fn part(src: usize, dst: usize, round: u64, slot: usize) -> Vec<u8> {
     let mut x = (src as u64 * 131 + dst as u64 * 7 + round * 1_000_003).wrapping_mul(6_364_136_223_846_793_005) ^ 77;
     x ^= x >> 29;
     let len = match x % 4 {
         0 => 0,
         1 => (x >> 8) as usize % 100,
-        2 => (x >> 8) as usize % (64 << 10) + 1,
-        _ => (64 << 10) + (x >> 8) as usize % (1 << 20),
+        2 => (x >> 8) as usize % slot + 1,
+        _ => slot + (x >> 8) as usize % (1 << 20),
     };
     (0..len).map(|i| (i as u64 ^ x ^ (src as u64) << 3 ^ dst as u64) as u8).collect()
 }
 
-/// `rounds` calls of `part`s through a window of 64 KiB slots, every byte checked; returns
-/// how many windows this rank mapped.
-async fn checked_rounds(c: &Communicator, rounds: u64) -> usize {
-    let mut w = c.shared_window(64 << 10).await.unwrap();
+/// `rounds` calls of `part`s through a window of `slot`-byte slots, every byte checked; returns
+/// how many windows this rank mapped, and how many of them on huge pages.
+async fn checked_rounds(c: &Communicator, rounds: u64, slot: usize) -> (usize, usize) {
+    let mut w = c.shared_window(slot).await.unwrap();
     for round in 0..rounds {
-        let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round)).collect();
+        let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| part(c.rank(), d, round, slot)).collect();
         let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
         w.alltoallv(&refs).await.unwrap();
         for (src, bytes) in w.parts().enumerate() {
-            assert_eq!(bytes, &part(src, c.rank(), round)[..], "round {round}: rank {src} -> {}", c.rank());
+            assert_eq!(bytes, &part(src, c.rank(), round, slot)[..], "round {round}: rank {src} -> {}", c.rank());
         }
     }
-    w.mapped()
+    (w.mapped(), w.on_huge_pages())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parts_of_random_sizes_arrive_whole_on_one_two_and_four_ranks_with_and_without_error_handling() {
-    for (n, error_handling) in [(1, true), (2, true), (4, true), (2, false), (4, false)] {
-        let mapped = world(n, error_handling, |c| async move {
-            let mapped = checked_rounds(&c, 6).await;
+    const SMALL: usize = 64 << 10;
+    const LARGE: usize = 1 << 20;
+    let cases = [(1, true, SMALL), (2, true, SMALL), (4, true, SMALL), (2, false, SMALL), (4, false, SMALL)];
+    for (n, error_handling, slot) in cases.into_iter().chain([(2, false, LARGE), (4, true, LARGE)]) {
+        let mapped = world(n, error_handling, move |c| async move {
+            let mapped = checked_rounds(&c, 6, slot).await;
             c.close().await.unwrap();
             mapped
         })
         .await;
-        // Ranks of one process share memory whatever the endpoints' error handling.
-        assert_eq!(mapped, vec![n; n], "{n} ranks, error handling {error_handling}");
+        // Ranks of one process share memory whatever the endpoints' error handling; windows
+        // of 2 MiB and more (UCX's System V segments) are reached on huge pages.
+        let huge = if 2 * n * slot >= 2 << 20 { n } else { 0 };
+        assert_eq!(mapped, vec![(n, huge); n], "{n} ranks, error handling {error_handling}, slot {slot}");
     }
 }
 

@@ -40,7 +40,8 @@ pub fn reserve_exact(buf: &mut Vec<u8>, len: usize) -> Result<(), TryReserveErro
 /// Advises huge pages for the memory `handle` registers (a window of shared memory UCX
 /// allocated, say), before it is first touched. Shared memory gets them only where the
 /// administrator allows it (`/sys/kernel/mm/transparent_hugepage/shmem_enabled` = `advise` or
-/// `always`; the usual default is `never`, and then this changes nothing).
+/// `always`; the usual default is `never`, and then this changes nothing; what does is
+/// [`crate::HugeSharedMapping`]).
 pub fn advise_allocated(handle: &crate::MemoryHandle<'_>) {
     advise(handle.address() as *mut u8, handle.len());
 }
@@ -61,6 +62,33 @@ fn advise(start: *mut u8, len: usize) {
     // never its contents or mapping. A refusal (huge pages off) leaves it as it was.
     unsafe {
         libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE);
+    }
+}
+
+/// Moves the memory of the whole 2 MiB pages inside `len` bytes at `start` onto huge pages
+/// (`MADV_COLLAPSE`, Linux 6.1 and later), which the kernel does for shared memory too unless
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` is `deny`.
+///
+/// Shared memory's huge pages belong to the shared object, so a collapse through one process's
+/// mapping serves every process that maps the object at a 2 MiB-aligned address; a mapping
+/// that is not so aligned cannot be collapsed. Best effort: an older kernel or no free huge
+/// page leaves the memory on 4 KiB pages, as it was.
+pub(crate) fn collapse(start: *const u8, len: usize) {
+    // Linux's values (uapi mman-common.h); the libc crate names them for glibc targets only.
+    const MADV_POPULATE_READ: libc::c_int = 22;
+    const MADV_COLLAPSE: libc::c_int = 25;
+    const HUGE: usize = 2 << 20;
+    let (begin, end) = ((start as usize).next_multiple_of(HUGE), (start as usize).saturating_add(len) & !(HUGE - 1));
+    if end <= begin {
+        return;
+    }
+    // SAFETY: populating (the kernel collapses only pages that exist) reads, as a load would,
+    // and a collapse moves a mapping's contents onto a huge page without changing them, the
+    // mapping's address or its protection: neither can break what any code holds. The kernel
+    // refuses ranges that are not mapped, and a refusal leaves memory as it was.
+    unsafe {
+        libc::madvise(begin as *mut libc::c_void, end - begin, MADV_POPULATE_READ);
+        libc::madvise(begin as *mut libc::c_void, end - begin, MADV_COLLAPSE);
     }
 }
 

@@ -31,7 +31,8 @@
 //! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
 //!   of UCX's functions that `sys` (bindgen's declarations, rewritten by build.rs) calls through.
 //! - [`huge_pages`]: large host buffers advised onto transparent huge pages (cheaper for
-//!   CMA's shared-memory copies), as NumPy's arrays are.
+//!   CMA's shared-memory copies), as NumPy's arrays are; [`HugeSharedMapping`]
+//!   (`huge_shared`): shared memory UCX maps, attached again at a 2 MiB boundary on huge pages.
 //! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
 //!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
 //!   leak tests).
@@ -61,6 +62,7 @@ mod error;
 #[doc(hidden)]
 pub mod floor;
 pub mod huge_pages;
+mod huge_shared;
 pub mod inflight;
 pub mod library;
 mod listener;
@@ -89,6 +91,7 @@ pub use config::Config;
 pub use context::{Context, ContextBuilder, Features};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};
 pub use error::{Error, Result, Status};
+pub use huge_shared::HugeSharedMapping;
 pub use inflight::Inflight;
 pub use listener::{ConnRequest, Listener};
 pub use owned::Owned;

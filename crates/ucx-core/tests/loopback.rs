@@ -561,3 +561,58 @@ fn owned_operations_never_block_on_drop_and_free_their_buffers() {
     assert_eq!(r.into_buffer(), Some(*b"abcd"));
     assert_eq!(s.into_buffer(), Some(*b"abcd"));
 }
+
+#[test]
+fn shared_memory_is_attached_again_at_a_huge_page_boundary_on_huge_pages() {
+    let ctx = context();
+    let (a, b) = (Worker::new(&ctx).unwrap(), Worker::new(&ctx).unwrap());
+    let ep = Endpoint::connect_to_worker(&a, &b.address().unwrap(), EndpointParams::default()).unwrap();
+    let mem = MemoryHandle::allocate(&ctx, 8 << 20).unwrap();
+    let rkey = ep.unpack_rkey(&mem.pack_rkey().unwrap()).unwrap();
+    let ucx = rkey.local_ptr(mem.address(), mem.len()).unwrap();
+    let sysv = std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| {
+        let lo = l.split('-').next().and_then(|lo| usize::from_str_radix(lo, 16).ok());
+        lo == Some(ucx as usize) && l.contains("/SYSV")
+    });
+    if !sysv {
+        eprintln!("UCX allocated this memory elsewhere than in System V shared memory: nothing to attach");
+        return;
+    }
+    // Through the key's mapping and the owner's alike.
+    for at in [ucx, mem.address() as *mut u8] {
+        let huge = HugeSharedMapping::of(at.wrapping_add(100), 5000).expect("a second attachment");
+        assert_ne!(huge.ptr(), at.wrapping_add(100));
+        assert_eq!((huge.ptr() as usize - 100) % (2 << 20), 0, "at a 2 MiB boundary");
+        let data = pattern(5000, 9);
+        // SAFETY: the attachment and the key live, and nothing else touches these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), huge.ptr(), data.len()) };
+        // SAFETY: nothing writes the memory now.
+        assert_eq!(unsafe { std::slice::from_raw_parts(ucx.wrapping_add(100), 5000) }, &data[..], "the same memory");
+        // SAFETY: as above; the owner writes at the end, the attachment reads.
+        unsafe { std::ptr::write_bytes(ucx.wrapping_add((8 << 20) - 4), 5, 4) };
+        // SAFETY: the attachment lives and covers the whole segment.
+        let end = unsafe { std::slice::from_raw_parts(huge.ptr().wrapping_add((8 << 20) - 104), 4) };
+        assert_eq!(end, [5u8; 4]);
+        // Huge pages where the kernel collapses shared memory (6.1 on, unless told `deny`).
+        let release: Vec<u32> = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .split(['.', '-'])
+            .take(2)
+            .map(|n| n.parse().unwrap_or(0))
+            .collect();
+        let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_default();
+        if release >= vec![6, 1] && !setting.is_empty() && !setting.contains("[deny]") {
+            assert_eq!(huge.huge_bytes(), Some(8 << 20), "all of it mapped, on huge pages");
+        }
+        let base = huge.ptr() as usize - 100;
+        drop(huge);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains(&format!("{base:x}-")), "detached on drop");
+    }
+    // Nothing to attach: ordinary memory, a range past the segment, a segment under 2 MiB.
+    let heap = vec![0u8; 4 << 20];
+    assert!(HugeSharedMapping::of(heap.as_ptr(), heap.len()).is_none());
+    assert!(HugeSharedMapping::of(ucx, mem.len() + 1).is_none());
+    let small = MemoryHandle::allocate(&ctx, 1 << 20).unwrap();
+    assert!(HugeSharedMapping::of(small.address() as *const u8, 10).is_none());
+}

@@ -12,7 +12,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ucx_core::wire::shared_window::Note;
-use ucx_core::{MemoryType, SendBuffer, Status};
+use ucx_core::{HugeSharedMapping, MemoryType, SendBuffer, Status};
 
 use crate::buffer::PyBuf;
 use crate::context::Context;
@@ -26,6 +26,18 @@ struct Peer {
     slot: usize,
     /// Keeps a peer's window mapped (`None` for this rank's own).
     _key: Option<Arc<ucx_core::RemoteKey>>,
+    /// The window attached again on huge pages, where `base` points (as in Rust's window).
+    huge: Option<HugeSharedMapping>,
+}
+
+impl Peer {
+    /// The window of `len` bytes UCX maps at `base`, reached through a second attachment on
+    /// huge pages where one can be made.
+    fn new(base: *mut u8, len: usize, slot: usize, key: Option<Arc<ucx_core::RemoteKey>>) -> Peer {
+        let huge = HugeSharedMapping::of(base, len);
+        let base = huge.as_ref().map_or(base, HugeSharedMapping::ptr) as usize;
+        Peer { base, slot, _key: key, huge }
+    }
 }
 
 struct Inner {
@@ -66,7 +78,8 @@ impl SharedWindowMemory {
         // them before its key is packed and sent.
         unsafe { std::ptr::write_bytes(memory.address() as *mut u8, 0, memory.len()) };
         let mut peers: Vec<Option<Peer>> = (0..size).map(|_| None).collect();
-        peers[rank] = Some(Peer { base: memory.address() as usize, slot, _key: None });
+        // On huge pages before any peer maps it, so that theirs are too.
+        peers[rank] = Some(Peer::new(memory.address() as *mut u8, memory.len(), slot, None));
         Ok(SharedWindowMemory { inner: Arc::new(Inner { memory, slot, size, peers: Mutex::new(peers) }), rank })
     }
 
@@ -101,8 +114,7 @@ impl SharedWindowMemory {
         };
         match rkey.inner.local_ptr(address, len) {
             Ok(base) => {
-                lock(&self.inner.peers)[rank] =
-                    Some(Peer { base: base as usize, slot, _key: Some(rkey.inner.clone()) });
+                lock(&self.inner.peers)[rank] = Some(Peer::new(base, len, slot, Some(rkey.inner.clone())));
                 Ok(true)
             }
             Err(e) if e.status() == Status::Unreachable => Ok(false),
@@ -117,6 +129,12 @@ impl SharedWindowMemory {
     #[getter]
     fn mapped(&self) -> usize {
         lock(&self.inner.peers).iter().filter(|p| p.is_some()).count()
+    }
+
+    /// How many of those this rank reaches through a second attachment on huge pages.
+    #[getter]
+    fn on_huge_pages(&self) -> usize {
+        lock(&self.inner.peers).iter().flatten().filter(|p| p.huge.is_some()).count()
     }
 
     /// Copies each of `parts` (host buffers, one per rank) that fits its receiver's slot into

@@ -74,6 +74,12 @@ class SharedWindow:
         """How many ranks' windows this rank reaches through shared memory (itself included)."""
         return self._memory.mapped
 
+    @property
+    def on_huge_pages(self):
+        """How many of those this rank reaches through a second attachment of the window on
+        huge pages (windows under 2 MiB, or outside System V shared memory, have none)."""
+        return self._memory.on_huge_pages
+
     async def alltoallv(self, parts):
         """``parts[r]`` (a host buffer) goes to rank ``r``; afterwards ``part(r)`` is what rank
         ``r`` sent this rank. Parts of at most the receiver's slot are copied into its window,

@@ -25,7 +25,7 @@ use std::sync::atomic::{fence, Ordering};
 use super::tag::{self, invalid};
 use super::Communicator;
 use crate::core::wire::shared_window::{Entry, Note, ENTRY_HEAD, NOTE_LEN};
-use crate::core::{huge_pages, MemoryHandle, RemoteKey, Status, FULL_MASK};
+use crate::core::{huge_pages, HugeSharedMapping, MemoryHandle, RemoteKey, Status, FULL_MASK};
 use crate::posting::join_posted;
 use crate::{Error, Result};
 
@@ -39,6 +39,19 @@ struct Mapped {
     slot: usize,
     /// Keeps a peer's window mapped (`None` for this rank's own).
     _key: Option<RemoteKey>,
+    /// The window attached again on huge pages, where `base` points (see `Mapped::new`).
+    huge: Option<HugeSharedMapping>,
+}
+
+impl Mapped {
+    /// The window of `len` bytes UCX maps at `base`, reached through a second attachment on
+    /// huge pages where one can be made: copies of 4 MiB and more into 4 KiB pages cost a fifth
+    /// more (docs/performance.md).
+    fn new(base: *mut u8, len: usize, slot: usize, key: Option<RemoteKey>) -> Mapped {
+        let huge = HugeSharedMapping::of(base, len);
+        let base = Base(huge.as_ref().map_or(base, HugeSharedMapping::ptr));
+        Mapped { base, slot, _key: key, huge }
+    }
 }
 
 /// A window's address in this process.
@@ -100,13 +113,14 @@ impl Communicator {
         let bytes = bytes.ok_or_else(|| invalid(OPEN, format!("a slot of {slot} bytes for {size} ranks")))?;
         let context = self.endpoint(me)?.worker().core().context().clone();
         let mine = MemoryHandle::allocate(&context, bytes.max(1))?;
-        // Where the system allows huge pages for shared memory, the copies into the window
-        // miss the TLB far less (4 KiB pages cost large parts most; docs/performance.md).
+        // Where the system allows huge pages for shared memory (else see `Mapped::new`).
         huge_pages::advise_allocated(&mine);
         // First touches now, not in the first call.
         // SAFETY: UCX allocated `mine.len()` bytes for this handle, and no peer can write them
         // before the key is sent below.
         unsafe { std::ptr::write_bytes(mine.address() as *mut u8, 0, mine.len()) };
+        // On huge pages before any peer maps it, so that theirs are too.
+        let mut own = Some(Mapped::new(mine.address() as *mut u8, mine.len(), slot, None));
         let key = mine.pack_rkey()?;
         // Keys differ in length: first the longest, then every entry padded to it.
         let mut lens = vec![0u8; 8 * size];
@@ -127,7 +141,7 @@ impl Communicator {
         let mut failure = None;
         for (r, bytes) in all.chunks_exact(room).enumerate() {
             if r == me {
-                windows.push(Some(Mapped { base: Base(mine.address() as *mut u8), slot, _key: None }));
+                windows.push(own.take());
                 continue;
             }
             let bad = |what: String| Error::Protocol { op: OPEN, detail: format!("rank {r} announced {what}") };
@@ -138,7 +152,7 @@ impl Communicator {
                     return Err(bad(format!("a slot of {} bytes", e.slot)));
                 };
                 match key.local_ptr(e.address, len) {
-                    Ok(base) => Ok(Some(Mapped { base: Base(base), slot, _key: Some(key) })),
+                    Ok(base) => Ok(Some(Mapped::new(base, len, slot, Some(key)))),
                     // Not shared with this process (another host): messages instead.
                     Err(e) if e.status() == Status::Unreachable => Ok(None),
                     Err(e) if e.status() == Status::InvalidParam => {
@@ -312,5 +326,12 @@ impl SharedWindow<'_> {
     /// How many ranks' windows this rank reaches through shared memory (itself included).
     pub fn mapped(&self) -> usize {
         self.windows.iter().filter(|w| w.is_some()).count()
+    }
+
+    /// How many of those this rank reaches through a second attachment of the window on huge
+    /// pages ([`crate::core::HugeSharedMapping`]; windows under 2 MiB, or outside System V
+    /// shared memory, have none).
+    pub fn on_huge_pages(&self) -> usize {
+        self.windows.iter().flatten().filter(|w| w.huge.is_some()).count()
     }
 }

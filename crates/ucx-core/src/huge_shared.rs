@@ -1,0 +1,145 @@
+//! Shared memory that this process already maps (UCX's System V segment behind a remote key or
+//! an allocation) attached a second time, at a 2 MiB boundary, with its memory on huge pages.
+//!
+//! Why: plain copies into a peer's shared memory miss the TLB once per 4 KiB page, which costs
+//! parts of 4 MiB and more about a fifth against copies between huge pages (CMA's, or a
+//! window's where the system allows huge shared memory; docs/performance.md). The kernel puts
+//! shared memory on huge pages when asked to collapse it (`MADV_COLLAPSE`, Linux 6.1 on,
+//! whatever `/sys/kernel/mm/transparent_hugepage/shmem_enabled` says unless it is `deny`), but
+//! only through a mapping whose address is 2 MiB-aligned, and maps the huge pages only into
+//! such mappings. UCX attaches segments wherever the kernel puts them, often not aligned; this
+//! attaches the same segment again where it is, and collapses it there.
+//!
+//! Best effort throughout: memory that is not a System V segment (UCX's POSIX shared memory,
+//! say), a segment under 2 MiB, an older kernel or no free huge page gives `None` or leaves
+//! the memory on 4 KiB pages; the caller then uses UCX's mapping as it is.
+
+use crate::huge_pages;
+
+const HUGE: usize = 2 << 20;
+
+/// A System V segment attached at a 2 MiB-aligned address (`shmat`), detached on drop. The
+/// segment stays alive while attached, whoever else lets go of it.
+pub struct HugeSharedMapping {
+    /// Where the segment starts in this attachment.
+    base: *mut u8,
+    /// Where the range asked for starts in it.
+    ptr: *mut u8,
+}
+
+// SAFETY: the type only holds the attachment's addresses; detaching may happen on any thread.
+unsafe impl Send for HugeSharedMapping {}
+// SAFETY: as above; nothing is read or written through `&self`.
+unsafe impl Sync for HugeSharedMapping {}
+
+impl HugeSharedMapping {
+    /// Attaches the System V segment that holds the `len` bytes at `ptr` (which this process
+    /// maps already) again at a 2 MiB-aligned address, and collapses it onto huge pages; the
+    /// range then also appears at [`HugeSharedMapping::ptr`]. `None` where that memory is not
+    /// one whole System V segment mapped here of at least 2 MiB, or the attach fails.
+    pub fn of(ptr: *const u8, len: usize) -> Option<HugeSharedMapping> {
+        let segment = sysv_segment_holding(ptr as usize, len)?;
+        let size = segment.hi - segment.lo;
+        if size < HUGE {
+            return None;
+        }
+        let base = attach_aligned(segment.shmid, size)?;
+        let offset = ptr as usize - segment.lo;
+        huge_pages::collapse(base, size);
+        Some(HugeSharedMapping { base, ptr: base.wrapping_add(offset) })
+    }
+
+    /// Where the range given to [`HugeSharedMapping::of`] starts in this attachment.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// How many bytes of this attachment the kernel maps with huge pages now
+    /// (`ShmemPmdMapped` in /proc/self/smaps; pages not touched yet here are not counted);
+    /// `None` where /proc cannot tell. For diagnostics and tests.
+    pub fn huge_bytes(&self) -> Option<usize> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let start = format!("{:x}-", self.base as usize);
+        let block = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
+        // A mapping's block ends with its VmFlags line.
+        let line = block.take_while(|l| !l.starts_with("VmFlags:")).find(|l| l.starts_with("ShmemPmdMapped:"))?;
+        let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    }
+}
+
+impl Drop for HugeSharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: `base` is this attachment's address, returned by `shmat` and not detached
+        // before; the memory is no longer reached through it (its owner is being dropped).
+        unsafe { libc::shmdt(self.base.cast()) };
+    }
+}
+
+/// A System V segment's mapping in this process (`/proc/self/maps`).
+struct Segment {
+    lo: usize,
+    hi: usize,
+    shmid: libc::c_int,
+}
+
+/// The System V segment mapped here, whole (from offset 0), that holds `[start, start + len)`.
+fn sysv_segment_holding(start: usize, len: usize) -> Option<Segment> {
+    let end = start.checked_add(len)?;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        // range perms offset dev inode path: a System V segment's path is "/SYSV<key>" (with
+        // " (deleted)" once removed, as UCX removes them at once) and its inode is its id.
+        let mut fields = line.split_whitespace();
+        let (range, perms, offset, _dev, inode) =
+            (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+        let whole = offset.bytes().all(|b| b == b'0');
+        let sysv = fields.next().is_some_and(|path| path.starts_with("/SYSV"));
+        let inside = lo <= start && end <= hi;
+        (inside && whole && sysv && perms.as_bytes().get(3) == Some(&b's'))
+            .then(|| Some(Segment { lo, hi, shmid: inode.parse().ok()? }))
+            .flatten()
+    })
+}
+
+/// Attaches segment `shmid` (of `size` bytes) at a 2 MiB-aligned address, read-write.
+fn attach_aligned(shmid: libc::c_int, size: usize) -> Option<*mut u8> {
+    let span = size.checked_add(HUGE)?;
+    // SAFETY: a fresh private reservation, inaccessible, placed by the kernel: it overlaps
+    // nothing this process uses.
+    let reserved = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if reserved == libc::MAP_FAILED {
+        return None;
+    }
+    let lo = reserved as usize;
+    let aligned = lo.next_multiple_of(HUGE);
+    // SAFETY: the segment replaces part of the reservation above (SHM_REMAP), which nothing
+    // else uses; the segment is alive (this process maps it already), so the id names it.
+    let at = unsafe { libc::shmat(shmid, aligned as *const libc::c_void, libc::SHM_REMAP) };
+    let attached = at as usize == aligned;
+    // SAFETY: what is left of the reservation around the attachment (all of it if the attach
+    // failed) is this function's and unused.
+    unsafe {
+        if attached {
+            libc::munmap(reserved, aligned - lo);
+            libc::munmap((aligned + size) as *mut libc::c_void, lo + span - (aligned + size));
+        } else {
+            if at != usize::MAX as *mut libc::c_void {
+                libc::shmdt(at);
+            }
+            libc::munmap(reserved, span);
+        }
+    }
+    attached.then_some(aligned as *mut u8)
+}
