@@ -40,7 +40,9 @@ impl HugeSharedMapping {
     pub fn of(ptr: *const u8, len: usize) -> Option<HugeSharedMapping> {
         let segment = sysv_segment_holding(ptr as usize, len)?;
         let size = segment.hi - segment.lo;
-        if size < HUGE {
+        // `shmat` maps the whole segment: the reservation below must hold all of it, so the
+        // mapping seen must be all of it too.
+        if size < HUGE || segment_size(segment.shmid)? != size {
             return None;
         }
         let base = attach_aligned(segment.shmid, size)?;
@@ -102,6 +104,20 @@ fn sysv_segment_holding(start: usize, len: usize) -> Option<Segment> {
             .then(|| Some(Segment { lo, hi, shmid: inode.parse().ok()? }))
             .flatten()
     })
+}
+
+/// Segment `shmid`'s size in whole pages (`IPC_STAT`), as `shmat` maps it.
+fn segment_size(shmid: libc::c_int) -> Option<usize> {
+    let mut stat = std::mem::MaybeUninit::<libc::shmid_ds>::zeroed();
+    // SAFETY: IPC_STAT writes one `shmid_ds` into the buffer given, which has room for it.
+    if unsafe { libc::shmctl(shmid, libc::IPC_STAT, stat.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: the call succeeded, so it filled the struct (zeroed before, in any case).
+    let bytes = unsafe { stat.assume_init() }.shm_segsz;
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    bytes.checked_next_multiple_of(page.max(1))
 }
 
 /// Attaches segment `shmid` (of `size` bytes) at a 2 MiB-aligned address, read-write.
