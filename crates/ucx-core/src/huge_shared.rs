@@ -35,8 +35,10 @@ unsafe impl Sync for HugeSharedMapping {}
 impl HugeSharedMapping {
     /// Attaches the System V segment that holds the `len` bytes at `ptr` (which this process
     /// maps already) again at a 2 MiB-aligned address, and collapses it onto huge pages; the
-    /// range then also appears at [`HugeSharedMapping::ptr`]. `None` where that memory is not
-    /// one whole System V segment mapped here of at least 2 MiB, or the attach fails.
+    /// range then also appears at [`HugeSharedMapping::ptr`]. Every whole 2 MiB page of it is
+    /// populated on the way (a collapse needs the pages present), so fresh memory need not be
+    /// touched first. `None` where that memory is not one whole System V segment mapped here
+    /// of at least 2 MiB, or the attach fails.
     pub fn of(ptr: *const u8, len: usize) -> Option<HugeSharedMapping> {
         let segment = sysv_segment_holding(ptr as usize, len)?;
         let size = segment.hi - segment.lo;

@@ -74,12 +74,16 @@ impl SharedWindowMemory {
         let memory =
             ucx_core::MemoryHandle::allocate(&context.inner, bytes.max(1)).map_err(|e| errors::from_core(py, &e))?;
         ucx_core::huge_pages::advise_allocated(&memory);
-        // SAFETY: UCX allocated `memory.len()` bytes for this handle, and no peer can write
-        // them before its key is packed and sent.
-        unsafe { std::ptr::write_bytes(memory.address() as *mut u8, 0, memory.len()) };
+        // On huge pages before any peer maps it, so that theirs are too (which touches it).
+        let own = Peer::new(memory.address() as *mut u8, memory.len(), slot, None);
+        if own.huge.is_none() {
+            // First touches now, not in the first call.
+            // SAFETY: UCX allocated `memory.len()` bytes for this handle, and no peer can
+            // write them before its key is packed and sent.
+            unsafe { std::ptr::write_bytes(memory.address() as *mut u8, 0, memory.len()) };
+        }
         let mut peers: Vec<Option<Peer>> = (0..size).map(|_| None).collect();
-        // On huge pages before any peer maps it, so that theirs are too.
-        peers[rank] = Some(Peer::new(memory.address() as *mut u8, memory.len(), slot, None));
+        peers[rank] = Some(own);
         Ok(SharedWindowMemory { inner: Arc::new(Inner { memory, slot, size, peers: Mutex::new(peers) }), rank })
     }
 

@@ -115,12 +115,15 @@ impl Communicator {
         let mine = MemoryHandle::allocate(&context, bytes.max(1))?;
         // Where the system allows huge pages for shared memory (else see `Mapped::new`).
         huge_pages::advise_allocated(&mine);
-        // First touches now, not in the first call.
-        // SAFETY: UCX allocated `mine.len()` bytes for this handle, and no peer can write them
-        // before the key is sent below.
-        unsafe { std::ptr::write_bytes(mine.address() as *mut u8, 0, mine.len()) };
-        // On huge pages before any peer maps it, so that theirs are too.
-        let mut own = Some(Mapped::new(mine.address() as *mut u8, mine.len(), slot, None));
+        // On huge pages before any peer maps it, so that theirs are too (which touches it).
+        let own = Mapped::new(mine.address() as *mut u8, mine.len(), slot, None);
+        if own.huge.is_none() {
+            // First touches now, not in the first call.
+            // SAFETY: UCX allocated `mine.len()` bytes for this handle, and no peer can write
+            // them before the key is sent below.
+            unsafe { std::ptr::write_bytes(mine.address() as *mut u8, 0, mine.len()) };
+        }
+        let mut own = Some(own);
         let key = mine.pack_rkey()?;
         // Keys differ in length: first the longest, then every entry padded to it.
         let mut lens = vec![0u8; 8 * size];
