@@ -13,7 +13,9 @@
 # ranks (UCX_PROTO_INFO): which transport and scheme carries each size decides what the sizes
 # measure.
 # Settings: RANKS ("4 8"), SIZES ("1024 1048576 4194304 16777216"), ROUNDS (3), ITERS (200),
-# SIDES ("rust python"; add mpi-ucx for Open MPI over this UCX, the like-for-like peer), BARE
+# SIDES ("rust python"; add mpi-ucx for Open MPI over this UCX, the like-for-like peer, and
+# window / python-window for the shared-memory windows; two sides take about as long as the
+# default pair), BARE
 # (1: the Rust side also times a bare exchange on alternate calls, `alltoall --bare`; 0: not),
 # MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
 # spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
