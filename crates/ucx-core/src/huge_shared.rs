@@ -14,7 +14,7 @@
 //! say), a segment under 2 MiB, an older kernel or no free huge page gives `None` or leaves
 //! the memory on 4 KiB pages; the caller then uses UCX's mapping as it is.
 
-use crate::huge_pages;
+use crate::{huge_pages, proc_maps};
 
 const HUGE: usize = 2 << 20;
 
@@ -89,22 +89,11 @@ struct Segment {
 
 /// The System V segment mapped here, whole (from offset 0), that holds `[start, start + len)`.
 fn sysv_segment_holding(start: usize, len: usize) -> Option<Segment> {
-    let end = start.checked_add(len)?;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines().find_map(|line| {
-        // range perms offset dev inode path: a System V segment's path is "/SYSV<key>" (with
-        // " (deleted)" once removed, as UCX removes them at once) and its inode is its id.
-        let mut fields = line.split_whitespace();
-        let (range, perms, offset, _dev, inode) =
-            (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
-        let (lo, hi) = range.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
-        let whole = offset.bytes().all(|b| b == b'0');
-        let sysv = fields.next().is_some_and(|path| path.starts_with("/SYSV"));
-        let inside = lo <= start && end <= hi;
-        (inside && whole && sysv && perms.as_bytes().get(3) == Some(&b's'))
-            .then(|| Some(Segment { lo, hi, shmid: inode.parse().ok()? }))
-            .flatten()
+    proc_maps::shared_mapping_holding(start, len, |m| {
+        // A System V segment's path is "/SYSV<key>" (with " (deleted)" once removed, as UCX
+        // removes them at once) and its inode is its id.
+        let sysv = m.from_start && m.path.starts_with("/SYSV");
+        sysv.then(|| Some(Segment { lo: m.lo, hi: m.hi, shmid: m.inode.parse().ok()? })).flatten()
     })
 }
 

@@ -69,6 +69,7 @@ mod listener;
 pub mod live;
 mod log;
 mod owned;
+mod proc_maps;
 mod request;
 mod rma;
 mod sockaddr;

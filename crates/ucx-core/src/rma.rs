@@ -166,15 +166,7 @@ fn map_with<'a>(
 /// Whether `len` bytes from `start` lie inside one shared mapping of this process (a line of
 /// `/proc/self/maps` whose permissions say `s`); false where /proc cannot tell.
 fn in_one_shared_mapping(start: usize, len: usize) -> bool {
-    let Some(end) = start.checked_add(len) else { return false };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
-    maps.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { return false };
-        let Some((lo, hi)) = range.split_once('-') else { return false };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { return false };
-        lo <= start && start < hi && end <= hi && perms.as_bytes().get(3) == Some(&b's')
-    })
+    crate::proc_maps::shared_mapping_holding(start, len, |_| Some(())).is_some()
 }
 
 /// A peer's remote key unpacked on an endpoint (`ucp_rkey_h`); it keeps the endpoint alive.
