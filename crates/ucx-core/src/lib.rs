@@ -32,7 +32,8 @@
 //!   of UCX's functions that `sys` (bindgen's declarations, rewritten by build.rs) calls through.
 //! - [`huge_pages`]: large host buffers advised onto transparent huge pages (cheaper for
 //!   CMA's shared-memory copies), as NumPy's arrays are; [`HugeSharedMapping`]
-//!   (`huge_shared`): shared memory UCX maps, attached again at a 2 MiB boundary on huge pages.
+//!   (`huge_shared`): shared memory UCX maps, attached again at a 2 MiB boundary on huge pages;
+//!   `proc_maps`: which shared mapping of this process holds a range (for both, and `rma`).
 //! - [`Error`] / [`Status`] (`error`); `log` adds to an error what UCX logged while the call
 //!   failed (e.g. which transport name was bad). [`version`], [`live`] (live-object counts for
 //!   leak tests).
