@@ -9,7 +9,7 @@ import logging
 from . import _ucx_async as _native
 from . import framing
 from ._libs.arr import Array
-from ._libs.exceptions import UCXCanceled, UCXEndpointClosed, UCXError, UCXPeerFailure
+from ._libs.exceptions import UCXEndpointClosed, UCXError
 from .continuous_ucx_progress import inline_spin_us
 from .ctrl_msg import CtrlMsg
 from .framing import MultiHeader
@@ -151,29 +151,14 @@ class Endpoint:
         return await self._send(buffer, self._tag("msg_send", tag, force_tag))
 
     async def _send(self, buffer, tag):
-        """``send`` on the already computed ``tag``."""
-        try:
-            fut = self._post_send(buffer, tag, inline_spin_us())
-            if fut is None:
-                return True
-            return await fut
-        except UCXCanceled as e:
-            if self._cancel_is_an_error(e):
-                raise e
-
-    def _send_failure(self, e):
-        """What a send that ended with ``e`` reports: ``e``, or ``None`` for a cancel that is not
-        the caller's news (as ``_send`` swallows it). For callers that settle posted sends
-        themselves."""
-        if isinstance(e, UCXCanceled) and not self._cancel_is_an_error(e):
-            return None
-        return e
-
-    def _cancel_is_an_error(self, e):
-        """Whether a send's ``UCXCanceled`` is the caller's news: when this endpoint was
-        aborted meanwhile (as in UCX-Py) or its peer failed (UCX-Py returned then as if the
-        send had succeeded)."""
-        return self._ep is None or isinstance(e, UCXPeerFailure)
+        """``send`` on the already computed ``tag``. A send that did not happen raises: on an
+        endpoint closed for any reason (``UCXEndpointClosed``, saying why), whose peer failed
+        (``UCXPeerFailure``), or cancelled by UCX (``UCXCanceled``). UCX-Py returned ``None``
+        for some of these, as if the data had been sent."""
+        fut = self._post_send(buffer, tag, inline_spin_us())
+        if fut is None:
+            return True
+        return await fut
 
     async def recv(self, buffer, tag=None, force_tag=False):
         """Receives into ``buffer`` (writable, contiguous) a message of exactly its size. A
@@ -281,9 +266,6 @@ class Endpoint:
         """Sends ``buffer`` as an active message (received with ``am_recv``)."""
         if self._ep is None:
             raise UCXEndpointClosed("Endpoint closed")
-        self._ep.raise_on_error()
-        if self.closed():
-            raise UCXEndpointClosed("Endpoint closed")
         self._send_count += 1
         fut = self._ep.am_send(buffer)
         return True if fut is None else await fut
@@ -294,9 +276,7 @@ class Endpoint:
         if self._ep is None:
             raise UCXEndpointClosed("Endpoint closed")
         if not self._ep.am_probe():
-            self._ep.raise_on_error()
-            if self.closed():
-                raise UCXEndpointClosed("Endpoint closed")
+            self._ep.check_open()
         self._recv_count += 1
         fut = self._ep.am_recv()
         try:
@@ -318,11 +298,7 @@ class Endpoint:
         # Both posted before the first wait: a cancel between them would leave the peer a size
         # without its object. (UCX finishes a posted send whatever the caller does.)
         tag = self._tag("msg_send", tag, False)
-        try:
-            await gather_posted(self._post_send(b, tag, 0) for b in (nbytes, obj))
-        except UCXCanceled as e:
-            if self._cancel_is_an_error(e):
-                raise e
+        await gather_posted(self._post_send(b, tag, 0) for b in (nbytes, obj))
 
     async def recv_obj(self, tag=None, allocator=bytearray, max_size=None):
         """Receives an object sent with ``send_obj`` into ``allocator(size)``; a size above
@@ -369,6 +345,9 @@ class Endpoint:
         self._ep.set_close_callback(callback_func)
 
     async def flush(self):
+        """Waits until every operation posted on the endpoint has completed remotely."""
+        if self._ep is None:
+            raise UCXEndpointClosed("Endpoint closed")
         return await wait(self._ep.flush())
 
     def cuda_support(self):

@@ -96,6 +96,20 @@ impl Endpoint {
         })
     }
 
+    /// The UCX endpoint for a new operation, or what ended it: `UCXEndpointClosed` (saying why)
+    /// once this side closed it or began to, else the peer's failure (`UCXPeerFailure`). No
+    /// operation is handed to an endpoint that has ended: UCX would fail it with a bare status
+    /// or, for a stream receive, never finish it.
+    fn open_ep(&self, py: Python<'_>) -> PyResult<ucx_core::Endpoint> {
+        let ep = self.ep(py)?;
+        if self.shared.closing.load(Ordering::Acquire) && self.shared.failure().is_some() {
+            // The reset the peer answers our close with.
+            return Err(errors::new(py, Kind::EndpointClosed, "Endpoint closed".to_string()));
+        }
+        self.raise_on_error(py)?;
+        Ok(ep)
+    }
+
     fn name(&self, what: &'static str, tag: Option<u64>, nbytes: usize, given: Option<String>) -> Name {
         Name::or_op(given, what, self.shared.handle, tag, nbytes)
     }
@@ -151,6 +165,12 @@ impl Endpoint {
                 Err(errors::new(py, Kind::PeerFailure, msg))
             }
         }
+    }
+
+    /// Raises what ended the endpoint, if it has ended: the peer's failure
+    /// (`UCXPeerFailure`), else `UCXEndpointClosed` saying why it was closed.
+    fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        self.open_ep(py).map(drop)
     }
 
     /// Sets the zero-argument callable run (at most once) when the peer fails or the endpoint
@@ -241,7 +261,6 @@ impl Endpoint {
         spin_us: u64,
         fast: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.raise_on_error(py)?;
         self.send_spinning(py, buffer, tag, None, None, Sending { spin_us, fast })
     }
 
@@ -289,7 +308,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Stream send", None, buf.len(), name);
         let submitted = Owned::submit(Box::new(buf), false, |b| ep.stream_send(&*b));
@@ -305,9 +324,10 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
         let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let nbytes = buf.len();
+        // Bytes that arrived before the end can still be read; asking UCX for more cannot.
+        let ep = if lock(&self.shared.stream).bytes() >= nbytes { self.ep(py)? } else { self.open_ep(py)? };
         let name = self.name("Stream recv", None, nbytes, name);
         // Bytes held from before come first; UCX gives the rest. Under the backlog's lock, so
         // no sweep takes bytes between the two.
@@ -332,7 +352,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let data = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let memory_type = if data.memory_type() == MemoryType::Cuda { MemoryType::Cuda } else { MemoryType::Host };
         let name = self.name("AM send", None, data.len(), name);
@@ -364,7 +384,7 @@ impl Endpoint {
 
     /// Unpacks a peer's packed remote key for this endpoint.
     fn unpack_rkey(&self, py: Python<'_>, packed: &[u8]) -> PyResult<RemoteKey> {
-        let key = self.ep(py)?.unpack_rkey(packed).map_err(|e| errors::from_core(py, &e))?;
+        let key = self.open_ep(py)?.unpack_rkey(packed).map_err(|e| errors::from_core(py, &e))?;
         Ok(RemoteKey { inner: Arc::new(key) })
     }
 
@@ -378,7 +398,7 @@ impl Endpoint {
         rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let buf = PyBuf::readable(buffer)?;
         // The key travels with the buffer: UCX uses it until the operation completes.
         let submitted = Owned::submit(Box::new((buf, rkey.inner.clone())), false, |b| ep.put(&b.0, remote_addr, &b.1));
@@ -395,7 +415,7 @@ impl Endpoint {
         rkey: &RemoteKey,
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let buf = PyBuf::writable(buffer)?;
         let submitted =
             Owned::submit(Box::new((buf, rkey.inner.clone())), true, |b| ep.get(&mut b.0, remote_addr, &b.1));
@@ -405,7 +425,7 @@ impl Endpoint {
     /// Flushes the endpoint (`ucp_ep_flush_nbx`).
     #[pyo3(signature = (on_done = None))]
     fn flush(&self, py: Python<'_>, on_done: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let submitted = Owned::submit(Box::new(ep), false, |e| e.flush());
         self.track(py, submitted, Expect::new(Name::Given("ep flush".into()), None), on_done)
     }
@@ -430,8 +450,7 @@ impl Endpoint {
     /// `tag_send_checked` (with `fast`, no spin) of bytes made in native code (a collective's
     /// announcement with its part inside): no Python object to make or export.
     pub(crate) fn send_bytes_checked(&self, py: Python<'_>, bytes: Vec<u8>, tag: u64) -> PyResult<Option<Py<PyAny>>> {
-        self.raise_on_error(py)?;
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let name = self.name("Send", Some(tag), bytes.len(), None);
         let op = Submission {
             submitted: ep.tag_send_owned_fast(bytes, tag),
@@ -451,7 +470,7 @@ impl Endpoint {
         name: Option<String>,
         how: Sending,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let ep = self.ep(py)?;
+        let ep = self.open_ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
         let spin_us = submit::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
@@ -515,8 +534,7 @@ impl Endpoint {
         // never hand that out.
         let lost_one = lock(&self.shared.closed_because).is_some();
         if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK) {
-            self.raise_on_error(py)?;
-            self.ep(py)?;
+            self.open_ep(py)?;
         }
         Ok(())
     }

@@ -317,7 +317,7 @@ class Communicator:
                 announcing.append((r, self._rooms[r], x))
             elif kind == "announced":
                 self._take_announcement(seq, r, self._rooms[r], x, out, posted)
-            elif kind == "recv_failed" or ep._send_failure(x) is not None:
+            else:  # "recv_failed", "send_failed"
                 posted.failures.append(x)
         try:
             await self._take_in_turn(seq, announcing, out, posted)

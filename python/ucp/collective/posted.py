@@ -62,8 +62,7 @@ class Posted:
         try:
             fut = ep._post_send(buffer, tag, 0, fast)
         except Exception as e:
-            if ep._send_failure(e) is not None:
-                self.failures.append(e)
+            self.failures.append(e)
             return False
         if fut is not None:
             self.ops.append((ep, fut, False))
@@ -102,7 +101,7 @@ class Posted:
             if not isinstance(result, BaseException):
                 if is_recv:
                     ep._recv_finished()
-            elif is_recv or ep._send_failure(result) is not None:
+            else:
                 self.failures.append(result)
         self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
         if self.failures:
