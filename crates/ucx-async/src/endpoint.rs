@@ -466,7 +466,8 @@ impl Endpoint {
     /// Unpacks a peer's packed remote key (from `ucx_core::MemoryHandle::pack_rkey`) for
     /// [`Endpoint::put`] and [`Endpoint::get`].
     pub fn unpack_rkey(&self, packed: &[u8]) -> Result<ucx_core::RemoteKey> {
-        Ok(self.inner.core.unpack_rkey(packed)?)
+        self.inner.state.check("Endpoint::unpack_rkey")?;
+        self.inner.core.unpack_rkey(packed).map_err(|e| self.cause("Endpoint::unpack_rkey", e))
     }
 
     /// Writes `buf` into the peer's registered memory at `remote_addr` (one-sided).

@@ -64,6 +64,13 @@ pub enum Error {
         /// What was counted, against which cap.
         overflow: ucx_core::Overflow,
     },
+    /// This side closed the endpoint because a receive on it was dropped unfinished after UCX
+    /// had matched a message to it: that message is lost to the caller, and a later receive
+    /// would otherwise silently get the message after it.
+    LostMessage {
+        /// The operation.
+        op: &'static str,
+    },
     /// The listener was closed.
     ListenerClosed,
     /// The caller passed something the operation cannot take (a rank out of range, a tag or
@@ -94,7 +101,9 @@ impl Error {
     /// protocol errors and missing tags, `Unsupported` for a missing allocator.
     pub fn status(&self) -> Status {
         match self {
-            Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::ListenerClosed => Status::Canceled,
+            Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::LostMessage { .. } | Error::ListenerClosed => {
+                Status::Canceled
+            }
             Error::PeerFailed { status, .. } => *status,
             Error::Unreceived { .. } => Status::ExceedsLimit,
             Error::HandshakeTimeout { .. } => Status::TimedOut,
@@ -112,7 +121,11 @@ impl Error {
             Error::Rail { error, .. } => error.is_disconnect(),
             e => matches!(
                 e,
-                Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::PeerFailed { .. } | Error::Unreceived { .. }
+                Error::Closed { .. }
+                    | Error::ClosedByPeer { .. }
+                    | Error::PeerFailed { .. }
+                    | Error::Unreceived { .. }
+                    | Error::LostMessage { .. }
             ),
         }
     }
@@ -125,6 +138,11 @@ impl fmt::Display for Error {
             Error::ClosedByPeer { op } => write!(f, "{op}: the peer closed the endpoint"),
             Error::PeerFailed { op, status } => write!(f, "{op}: {status} (the peer failed)"),
             Error::Unreceived { op, overflow } => write!(f, "{op}: the endpoint was closed because {overflow}"),
+            Error::LostMessage { op } => write!(
+                f,
+                "{op}: the endpoint was closed because a receive on it was dropped after UCX had matched a message \
+                 to it, rather than lose that message silently"
+            ),
             Error::HandshakeTimeout { step, after } => write!(f, "handshake: {step} took longer than {after:?}"),
             Error::Protocol { op, detail } => write!(f, "{op}: protocol violation: {detail}"),
             Error::NoTags { op } => {

@@ -19,12 +19,13 @@ use crate::reactor::Signals;
 use crate::worker::Worker;
 
 /// Why an endpoint stopped: still up, closed by us, closed by the peer (its control message),
-/// closed by us because the peer left too much unreceived, or failed with a UCX status
-/// (negative).
+/// closed by us because the peer left too much unreceived, closed by us because a receive its
+/// caller dropped had taken a message, or failed with a UCX status (negative).
 pub(crate) const UP: i8 = 0;
 pub(crate) const CLOSED: i8 = 1;
 pub(crate) const CLOSED_BY_PEER: i8 = 2;
 pub(crate) const UNRECEIVED: i8 = 3;
+pub(crate) const LOST_MESSAGE: i8 = 4;
 
 /// Shared with the UCX error callback and the control-message task: the endpoint's fate, the
 /// receive counters UCX-Py's close protocol needs, and the wakers of pending receives.
@@ -70,9 +71,9 @@ impl EpState {
         self.go_down(UNRECEIVED);
     }
 
-    /// Whether this side took the endpoint down (a close, or the cap).
+    /// Whether this side took the endpoint down (a close, the cap, or a lost message).
     pub(crate) fn closed_here(down: i8) -> bool {
-        matches!(down, CLOSED | UNRECEIVED)
+        matches!(down, CLOSED | UNRECEIVED | LOST_MESSAGE)
     }
 
     /// `Ok` while up; the named error once down.
@@ -85,6 +86,7 @@ impl EpState {
                 Some(&overflow) => Error::Unreceived { op, overflow },
                 None => Error::Closed { op },
             }),
+            LOST_MESSAGE => Err(Error::LostMessage { op }),
             raw => Err(Error::PeerFailed { op, status: status_of(raw) }),
         }
     }
@@ -119,7 +121,7 @@ pub(crate) fn status_of(raw: i8) -> Status {
 
 /// A receive that also watches its endpoint: when the endpoint goes down, it cancels the
 /// UCX receive and reports why.
-pub(crate) struct Watched<'s, F> {
+pub(crate) struct Watched<'s, F: Cancel> {
     pub(crate) fut: F,
     pub(crate) state: &'s EpState,
     /// The endpoint whose peer sends what this receives: force-closed if the peer failed and
@@ -128,11 +130,14 @@ pub(crate) struct Watched<'s, F> {
     pub(crate) slot: Option<u64>,
     pub(crate) canceled: bool,
     forced_close: bool,
+    /// Set once `poll` returned the outcome: dropping it unfinished before then may lose a
+    /// message (see `Drop`).
+    finished: bool,
 }
 
-impl<'s, F> Watched<'s, F> {
+impl<'s, F: Cancel> Watched<'s, F> {
     pub(crate) fn new(fut: F, state: &'s EpState, ep: Option<&'s ucx_core::Endpoint>) -> Self {
-        Watched { fut, state, ep, slot: None, canceled: false, forced_close: false }
+        Watched { fut, state, ep, slot: None, canceled: false, forced_close: false, finished: false }
     }
 }
 
@@ -141,6 +146,15 @@ impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let r = this.poll_watching(cx);
+        this.finished = r.is_ready();
+        r
+    }
+}
+
+impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin> Watched<'_, F> {
+    fn poll_watching(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<ucx_core::Completion>> {
+        let this = self;
         loop {
             if !this.canceled && this.state.down.load(Ordering::Acquire) != UP {
                 this.canceled = true;
@@ -201,9 +215,23 @@ impl<F: Future<Output = ucx_core::Result<ucx_core::Completion>> + Cancel + Unpin
     }
 }
 
-impl<F> Drop for Watched<'_, F> {
+impl<F: Cancel> Drop for Watched<'_, F> {
+    /// A receive for a caller (one with its endpoint) dropped unfinished is cancelled. If UCX
+    /// had already matched a message to it, or it received one that nobody will now read,
+    /// that message is lost to the caller: the endpoint goes down (`Error::LostMessage`) and
+    /// is force-closed, so the next receive fails saying why instead of silently getting the
+    /// message after, and the peer's sends fail instead of completing into nowhere.
     fn drop(&mut self) {
         self.state.unregister(self.slot.take());
+        if self.finished || self.ep.is_none() || self.state.down.load(Ordering::Acquire) != UP {
+            return;
+        }
+        if self.fut.cancel_lost_message() {
+            self.state.go_down(LOST_MESSAGE);
+            if let Some(ep) = self.ep {
+                ep.force_close_now();
+            }
+        }
     }
 }
 

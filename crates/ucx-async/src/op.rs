@@ -61,6 +61,17 @@ pub(crate) trait Cancel {
     /// if that is sound for its buffer; returns whether it did. It must not be polled again
     /// if so.
     fn abandon_after_close(&mut self) -> bool;
+
+    /// Cancels a receive whose caller let go of it unfinished, and says whether that lost a
+    /// message: UCX withdraws a receive it has not matched at once (it completes canceled in
+    /// the cancel call), so one still running had a message matched to it, and one that
+    /// completed without error received a message nobody will see.
+    fn cancel_lost_message(&self) -> bool;
+}
+
+/// [`Cancel::cancel_lost_message`]'s rule on an operation's result after its cancel.
+fn lost_after_cancel(result: Option<ucx_core::Result<Completion>>) -> bool {
+    !matches!(result, Some(Err(_)))
 }
 
 impl Cancel for Completes<'_, '_> {
@@ -84,6 +95,17 @@ impl Cancel for Completes<'_, '_> {
         // The peer may be alive: over shared memory it can still deliver the rest of a
         // message UCX matched to this receive, into a buffer the caller has back. Kept.
         false
+    }
+
+    fn cancel_lost_message(&self) -> bool {
+        match &self.submitted {
+            Some(Submitted::InFlight(r)) => {
+                r.cancel();
+                lost_after_cancel(r.result())
+            }
+            Some(Submitted::Done(_)) => true,
+            None => false,
+        }
     }
 }
 
@@ -119,6 +141,13 @@ impl<B: Send + 'static> Cancel for CompletesOwned<'_, B> {
         // As above: whatever UCX still writes lands in a buffer only UCX holds.
         drop(self.op.take());
         true
+    }
+
+    fn cancel_lost_message(&self) -> bool {
+        self.op.as_ref().is_some_and(|op| {
+            op.cancel();
+            lost_after_cancel(op.result())
+        })
     }
 }
 

@@ -76,6 +76,15 @@ impl<B: Send + 'static> Owned<B> {
         self.result.is_some() || self.request.as_ref().is_some_and(Request::is_complete)
     }
 
+    /// The result, once UCX has finished; `None` while in flight.
+    pub fn result(&self) -> Option<Result<Completion>> {
+        match (&self.result, &self.request) {
+            (Some(r), _) => Some(r.clone()),
+            (None, Some(req)) => req.result(),
+            (None, None) => None,
+        }
+    }
+
     /// Cancels the operation (a receive completes as canceled; UCX may not stop a send).
     pub fn cancel(&self) {
         if let Some(r) = &self.request {
