@@ -1,4 +1,4 @@
-"""Failure paths a careless or hostile caller or peer reaches (issue 15): untrusted worker
+"""Failure paths a careless or hostile caller or peer reaches: untrusted worker
 addresses are refused with a reason instead of aborting the process; a cancelled receive
 never swallows the next message."""
 import array
