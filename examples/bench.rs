@@ -90,7 +90,7 @@ fn parse() -> (Opts, Option<&'static str>, Option<u16>) {
 
 fn context() -> Result<Context> {
     // Loopback only; shared memory with peer-failure handling, for speed between two processes
-    // that trust each other (a peer killed mid-send jams the shared queue: README, Reliability).
+    // that trust each other (a peer killed mid-send jams the shared queue: docs/reliability.md).
     Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
 }
 

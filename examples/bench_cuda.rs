@@ -1,5 +1,5 @@
 //! Tag ping-pong of device memory between two processes with ucx-async, to set beside
-//! `ucx_perftest -t tag_lat -m cuda` and ucp's CuPy benchmark (issue 12): where those differ,
+//! `ucx_perftest -t tag_lat -m cuda` and ucp's CuPy benchmark: where those differ,
 //! this says whether the Rust core or the Python layer above it pays. Both sides hold
 //! `cust::DeviceBuffer`s; the memory type is passed to UCX. Endpoints have no peer-failure
 //! handling, as `ucx_perftest`'s. `UCX_*` variables apply as usual (run it under the same ones

@@ -30,7 +30,7 @@ fn context() -> Result<Context> {
         .option("NET_DEVICES", "lo")
         // Shared-memory transports support peer-failure handling only when asked; without
         // this, endpoints with error handling (our default) fall back to TCP on one host. For
-        // trusted peers only: one killed mid-send jams the shared queue (README, Reliability).
+        // trusted peers only: one killed mid-send jams the shared queue (docs/reliability.md).
         .option("MM_ERROR_HANDLING", "y")
         .build()
 }

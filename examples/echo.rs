@@ -30,7 +30,7 @@ fn context() -> Result<Context> {
         // Loopback only: keep UCX's network transports on `lo`.
         .option("NET_DEVICES", "lo")
         // Shared memory needs this to serve endpoints with peer-failure handling. For trusted
-        // peers only: one killed mid-send jams the shared queue (README, Reliability).
+        // peers only: one killed mid-send jams the shared queue (docs/reliability.md).
         .option("MM_ERROR_HANDLING", "y")
         .build()?)
 }

@@ -101,7 +101,7 @@ fn main() {
 
 fn context() -> Result<Context, BoxError> {
     // Loopback for the connection; shared memory and CUDA IPC with peer-failure handling
-    // (trusted peers only: one killed mid-send jams the shared queue; README, Reliability).
+    // (trusted peers only: one killed mid-send jams the shared queue; docs/reliability.md).
     Ok(Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build()?)
 }
 

@@ -1,4 +1,4 @@
-"""What taking a CuPy array costs ucp before UCX sees it (issue 12's speed targets), on a GPU:
+"""What taking a CuPy array costs ucp before UCX sees it, on a GPU:
 the per-call time of each step that a send or receive of a device array adds to a host one.
 
 - `__cuda_array_interface__`: CuPy builds its interface dict (the bindings read it once per

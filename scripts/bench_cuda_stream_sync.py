@@ -1,4 +1,4 @@
-"""What synchronising a CUDA Array Interface v3 `stream` costs ucp (issue 12.1), on a GPU.
+"""What synchronising a CUDA Array Interface v3 `stream` costs ucp, on a GPU.
 
 ucp waits for an array's `stream` (`cuStreamSynchronize`) before UCX reads or writes it. This
 measures that wait twice:

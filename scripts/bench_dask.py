@@ -3,8 +3,8 @@
 installed. Prints each protocol's wall clocks, its throughput (bytes of input / wall clock, from
 the median and from the best run; each cluster first makes --warmup untimed runs) and, as
 dask-cuda does, the quartiles of the bandwidth each
-worker pair logged for its transfers over 1 MiB; then the transpose ratios the README's targets
-are stated in.
+worker pair logged for its transfers over 1 MiB; then the transpose ratios (ucxa against tcp and
+against ucxx) that docs/performance.md reports.
 
 Every cluster runs in a fresh Python process (so that only one UCX stack is ever loaded in the
 scheduler/client process). With --rounds R each protocol gets R clusters, interleaved (tcp,

@@ -1,4 +1,4 @@
-"""The distributed hash join against Dask's dataframe merge of the same data (issue 16).
+"""The distributed hash join against Dask's dataframe merge of the same data.
 
 Runs, on RANKS processes of this machine with ROWS rows per rank and table:
 - ours: examples/python/hash_join.py under `python -m ucp.launch` (ucp.collective's

@@ -16,7 +16,7 @@
 #      works; the context's transports are the ones the wheel's `ucx_info -d` lists.
 #  (c) two processes move 4 MiB over CMA (rendezvous, zero-copy read from the peer): counted by
 #      UCX_PROTO_INFO=used on both sides. The endpoints have no peer-error handling, because
-#      UCX uses CMA only without it (see "Loopback and shared memory" in the README).
+#      UCX uses CMA only without it (docs/troubleshooting.md, "Slow between processes on one host").
 #
 # Usage: scripts/check_wheel.sh                  builds the wheel with .venv's maturin, checks it
 #        WHEEL=dist/x.whl scripts/check_wheel.sh  checks a wheel built elsewhere

@@ -17,7 +17,7 @@ endpoint's stream instead of its tag (bytes nobody reads).
     python scripts/flood.py --cap 67108864 --messages 262144   # 1 GiB offered, 64 MiB cap
 
 RSS does not go back to where it was before the first flood: UCX's receive-buffer pools grow
-to the peak and are kept for reuse (README, Reliability).
+to the peak and are kept for reuse (docs/reliability.md).
 """
 import argparse
 import asyncio

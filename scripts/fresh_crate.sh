@@ -27,12 +27,11 @@ tokio = { version = "1", features = ["macros", "rt"] }
 
 [workspace]
 EOF
-# The README's block that follows "With ucx-async (tokio), the same exchange is:".
+# The README's first Rust block that runs on tokio: its ucx-async example.
 python3 - "$ROOT/README.md" >"$TMP/hello/src/main.rs" <<'EOF'
-import sys
-text = open(sys.argv[1]).read()
-after = text.split("With ucx-async (tokio), the same exchange is:", 1)[1]
-print(after.split("```rust\n", 1)[1].split("```", 1)[0], end="")
+import re, sys
+blocks = re.findall(r"```rust\n(.*?)```", open(sys.argv[1]).read(), flags=re.S)
+print(next((b for b in blocks if "tokio::main" in b), ""), end="")
 EOF
 grep -q 'tokio::main' "$TMP/hello/src/main.rs" || fail "README.md's ucx-async example was not found"
 # The workspace's lock: the same versions, nothing new to download, compiled dependencies reused.

@@ -20,7 +20,7 @@
 # MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
 # spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
 # MPI does), GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
-# an H200 machine (session 26); with MODES="event polling", use fewer sizes.
+# an H200 machine's 16 CPUs (2026-11-27); with MODES="event polling", use fewer sizes.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's GPU figures in one device call: the harness (../shared/gpu/run.sh), then
+# The GPU figures in one call on a GPU machine: the harness (scripts/gpu_run.sh, as .gpu/run.sh), then
 #   rust_tests.txt       the Rust tests that move device memory (ucx-core's cuda, ucx-async's
 #                        multirail and alltoallv with device buffers), which the trimmed
 #                        harness leaves out;
@@ -23,8 +23,8 @@
 #                        (its interface dict, the stream wait's driver calls);
 #   alltoall_cores.txt   scripts/gpu_alltoall_cores.sh (not a default step; needs .gpu-extra/
 #                        carried too): alltoallv against Open MPI on the machine's CPUs.
-# Run from the project root on the GPU machine, after `bash ../shared/gpu/prepare.sh` built
-# .gpu/ here: OUT=/some/dir bash scripts/gpu_figures.sh. Stops itself by DEADLINE_S (560 s); a
+# Run from the project root on the GPU machine, after `bash scripts/gpu_prepare.sh` built
+# .gpu/ on the build machine: OUT=/some/dir bash scripts/gpu_figures.sh. Stops itself by DEADLINE_S (560 s); a
 # step that would not fit is skipped and says so in $OUT/steps.txt. About 7 minutes in all.
 #
 # HARNESS_SECTIONS (default: all but rust, which took 130 s of a 540-s full run on a 16-core
@@ -96,8 +96,8 @@ step like-for-like-cache-y 60 env MEM=cuda UCX_MEMTYPE_CACHE=y bash scripts/benc
 step spin 40 env MEM=cuda SIZES="8 1048576" UCXPY_SPIN_US=1000 bash scripts/bench_ucp_vs_perftest.sh \
     >"$OUT/spin.txt" 2>&1
 # A step's output file is made by its redirection even when the step does not run: drop the
-# empty ones, since a device call brings back only 8 files (session 28's first call lost
-# summary.txt to them).
+# empty ones, since a GPU machine may hand back only a few files (summary.txt must not be
+# crowded out by empty ones).
 find "$OUT" -maxdepth 1 -type f -empty ! -name steps.txt -delete
 cat "$OUT/steps.txt"
 for f in summary.txt rust_tests.txt device_spin.txt like_for_like.txt py_overhead.txt intake.txt alltoall_cores.txt rust_cuda.txt stream_sync.txt like_for_like_cache_y.txt spin.txt; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long forms of the reliability tests (issue 15), one command: 1 000 000 fuzzed inputs per
+# The long forms of the reliability tests, one command: 1 000 000 fuzzed inputs per
 # decoder of peer input (worker addresses, handshakes, control messages, AM headers, send_obj
 # lengths, the UCXX multi-frame header), 100 rounds of killing each side of every bench
 # workload in every progress mode (3 600 kills), a 10-minute soak, a flood-and-close of
@@ -11,12 +11,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH"
-UCX_FUZZ_CASES="${UCX_FUZZ_CASES:-1000000}" \
+UCXA_TEST_FUZZ_CASES="${UCXA_TEST_FUZZ_CASES:-1000000}" \
     cargo test --release -p ucx-core --test address_fuzz --test wire_fuzz -- --nocapture
-UCX_FUZZ_CASES="${UCX_FUZZ_CASES:-1000000}" \
+UCXA_TEST_FUZZ_CASES="${UCXA_TEST_FUZZ_CASES:-1000000}" \
     python -m pytest -q python/tests/test_multi_header_fuzz.py
 cargo build --release -p ucx-async --examples --quiet
-UCX_ASYNC_KILL_ROUNDS="${UCX_ASYNC_KILL_ROUNDS:-100}" \
+UCXA_TEST_KILL_ROUNDS="${UCXA_TEST_KILL_ROUNDS:-100}" \
     cargo test --release -p ucx-async --test peer_kill -- --nocapture
 python scripts/soak.py --duration 600
 python scripts/flood.py

@@ -1,5 +1,5 @@
-"""Buffer classification for device memory, checked on any machine with stand-in objects
-(issue 12): an object with ``__cuda_array_interface__`` is device memory even when it also
+"""Buffer classification for device memory, checked on any machine with stand-in objects:
+an object with ``__cuda_array_interface__`` is device memory even when it also
 offers the buffer protocol (CuPy 14's arrays do), and CAI v3's fields are honoured. Without a
 GPU, device memory is refused at the last step before UCX would get the pointer, with the
 "no CUDA support" message: reaching it proves the classification. The real-GPU tests are in

@@ -632,6 +632,7 @@ def test_rechunk(cluster_client, method):
 
 @pytest.mark.parametrize("method", ["tasks", "p2p"])
 def test_dataframe_shuffle_and_merge(cluster_client, method):
+    pytest.importorskip("pandas")  # the test extra; distributed alone does not bring it
     import dask.dataframe as dd
     import pandas as pd
 

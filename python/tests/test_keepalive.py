@@ -1,7 +1,7 @@
 """A worker-address endpoint (no connection manager) noticing a killed peer. Over tcp UCX
 sees the connection reset at once. Over shared memory it does not notice at all (no failure
 45 s after a SIGKILL, with UCX's ``KEEPALIVE_INTERVAL`` at its default 20 s or at 1 s; measured
-with UCX 1.22): README's Reliability section lists this as a UCX limit, and this test pins the
+with UCX 1.22): docs/reliability.md lists this as a UCX limit, and this test pins the
 tcp behaviour, which is the one to use where a peer may die."""
 import asyncio
 import multiprocessing

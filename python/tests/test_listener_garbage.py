@@ -1,4 +1,4 @@
-"""UCX 1.22's connection manager and garbage on a listener's port (README, Reliability: a UCX
+"""UCX 1.22's connection manager and garbage on a listener's port (docs/reliability.md: a UCX
 limit). More than 2080 bytes of garbage followed by a close make UCX's async thread spin
 for the rest of the process's life: its tcp_sockcm never checks the declared private-data
 length. A listener's guard (`ucx_core::StuckConnections`, once a second) lets go of such
@@ -86,7 +86,7 @@ def test_the_listener_guard_stops_the_spin_and_clients_are_served():
 
 
 def test_without_the_guard_ucx_spins():
-    # UCX 1.22's bug: if this fails, UCX fixed it; drop the guard, its README entry and this
+    # UCX 1.22's bug: if this fails, UCX fixed it; drop the guard, its entry in docs/reliability.md and this
     # test. (The bound is low because CI's two cores may be busy with other work.)
     later = _garbage_then(guard=False)
     assert later > 0.25, f"after the garbage the unguarded server used {later:.0%} of a core (UCX fixed the spin?)"

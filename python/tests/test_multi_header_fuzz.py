@@ -1,7 +1,7 @@
 """The UCXX multi-frame header as Python decodes it (through ucx-core's `wire::multi_frame`, which
 crates/ucx-core/tests/wire_fuzz.rs fuzzes too). Random and mutated headers must decode or
 be refused with UCXError, never raise anything else; and `recv_multi` refuses a peer that
-announces headers without end. Cases per run: UCX_FUZZ_CASES (default 20 000;
+announces headers without end. Cases per run: UCXA_TEST_FUZZ_CASES (default 20 000;
 scripts/reliability.sh runs 1 000 000)."""
 import asyncio
 import os
@@ -14,7 +14,7 @@ from conftest import pair, run
 from ucp.framing import MultiHeader as _MultiHeader
 from ucp.exceptions import UCXError
 
-CASES = int(os.environ.get("UCX_FUZZ_CASES", "20000"))
+CASES = int(os.environ.get("UCXA_TEST_FUZZ_CASES", "20000"))
 
 
 def check(header):

@@ -1,4 +1,4 @@
-"""Scripts that start a peer process never hang when one side dies (issue 12): the example
+"""Scripts that start a peer process never hang when one side dies: the example
 and the benchmark are started, one of their processes is SIGKILLed mid-transfer, and the script
 must exit non-zero within seconds, leaving no process behind."""
 import os

@@ -1,4 +1,4 @@
-"""Failure paths a careless or hostile caller or peer reaches (issue 15): untrusted worker
+"""Failure paths a careless or hostile caller or peer reaches: untrusted worker
 addresses are refused with a reason instead of aborting the process; a cancelled receive
 never swallows the next message."""
 import array
@@ -384,6 +384,7 @@ def test_default_maximum_is_physical_memory(monkeypatch):
 
 def test_dask_max_message_size_setting():
     dask = pytest.importorskip("dask")
+    pytest.importorskip("distributed")  # ucp.dask_comm needs it, not dask alone
     from ucp import dask_comm
 
     assert dask_comm._max_message_size() is None

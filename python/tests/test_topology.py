@@ -153,6 +153,7 @@ print(seen.get("NET_DEVICES"))
 
 
 def test_dask_auto_net_devices_follow_the_workers_gpu(dgx):
+    pytest.importorskip("distributed")  # the Dask extra: pip install .[dask]
     env = {XML_ENV: str(DGX)}
     assert _auto_options({**env, "CUDA_VISIBLE_DEVICES": "5,0"}) == "mlx5_2:2,ib2"
     assert _auto_options({**env, "CUDA_VISIBLE_DEVICES": "2"}) == "mlx5_1:1,ib1"
@@ -165,6 +166,7 @@ def test_dask_auto_net_devices_follow_the_workers_gpu(dgx):
 def test_dask_cluster_with_auto_net_devices_on_this_machine(monkeypatch):
     """A real LocalCluster: without a GPU, each worker takes the interfaces nearest its CPUs,
     plus the loopback interface it listens on."""
+    pytest.importorskip("distributed")  # the Dask extra: pip install .[dask]
     from distributed import Client, LocalCluster
 
     import dask

@@ -17,7 +17,7 @@ from ucp.utils import get_event_loop, get_ucxpy_logger, hash64bits, hmean
 
 
 def test_hash64bits_test_vector():
-    # The handshake checksum of ucp-compat.md §2.2, computed with UCX-Py.
+    # The handshake checksum (UCX-Py's hash64bits of msg_tag and ctrl_tag), computed with UCX-Py.
     assert hash64bits(0x0123456789ABCDEF, 0xFEDCBA9876543210) == 0xA2B220F5DA2F1831
 
 

@@ -292,7 +292,7 @@ _GUARD_INTERVAL = 1.0
 def _guard(loop, listener_ref):
     """Once a second (a timer on ``loop``, not a task: a loop closed with the listener still
     open then leaves nothing pending behind), lets go of connections to the listener's port
-    that made UCX 1.22's connection manager spin (garbage, then close; README, Reliability).
+    that made UCX 1.22's connection manager spin (garbage, then close; docs/reliability.md).
     Ends with the listener."""
     listener = listener_ref()
     if listener is None or listener._b is None or listener.closed():

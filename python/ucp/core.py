@@ -10,7 +10,7 @@ UCX-Py's users import:
 - ``framing``: UCXX's multi-frame header, ``send_obj``'s prefix, message-size limits;
 - ``pending``: the "``None`` means done inline, else a future" convention.
 
-The wire bytes are ucx-core's (through the extension); ``ucp-compat.md`` §2 has the protocol.
+The wire bytes are ucx-core's (through the extension); docs/python.md, "Wire protocol", describes them.
 """
 import asyncio
 import gc

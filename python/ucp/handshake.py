@@ -1,6 +1,8 @@
-"""The peer-info handshake that follows a client-server connection (``ucp-compat.md`` §2): each
-side's tags, swapped over the stream API, listener first. A listener speaks UCX-Py's 24-byte
-form or UCXX's 16-byte one; a client reads 16 bytes, tells which it got, and answers in kind.
+"""The peer-info handshake that follows a client-server connection: each side's tags, swapped
+over the stream API, listener first. A listener speaks UCX-Py's 24-byte form (little-endian
+``msg_tag``, ``ctrl_tag``, ``hash64bits(msg_tag, ctrl_tag)``) or UCXX's 16-byte one
+(``msg_tag``, ``hash64bits(msg_tag)``); a client reads 16 bytes, tells which it got, and answers
+in kind (docs/python.md, "Wire protocol").
 The bytes and checksums are ucx-core's (``wire::handshake``, through the extension); this is
 the flow."""
 import os

@@ -174,11 +174,23 @@ async fn traced<A>(fut: impl Future<Output = Result<Endpoint>>, _what: &'static 
 impl Endpoint {
     /// Connects to a listener at `addr` and performs the handshake, detecting whether the
     /// listener speaks UCX-Py's or UCXX's (ucx-async and UCX-Py listeners speak UCX-Py's).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the connection: the handshake's stream
+    /// operations are cancelled (blocking for up to 50 ms, as a dropped [`Endpoint::send`]) and the
+    /// UCX endpoint being made is force-closed, so the listener's side sees the connection fail.
     pub async fn connect(worker: &Worker, addr: SocketAddr) -> Result<Endpoint> {
         Self::connect_with(worker, addr, ConnectOptions::default()).await
     }
 
     /// [`Endpoint::connect`] with options.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the connection: the handshake's stream
+    /// operations are cancelled (blocking for up to 50 ms, as a dropped [`Endpoint::send`]) and the
+    /// UCX endpoint being made is force-closed, so the listener's side sees the connection fail.
     pub async fn connect_with(worker: &Worker, addr: SocketAddr, options: ConnectOptions) -> Result<Endpoint> {
         let connect = async {
             let state = Arc::new(EpState::new());
@@ -306,6 +318,15 @@ impl Endpoint {
     }
 
     /// Sends `buf` as one message on the endpoint's tag.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. An operation UCX
+    /// cannot cancel (a rendezvous send whose receiver never posts its receive) that is still
+    /// running 50 ms after the cancel has its endpoint force-closed, which ends it; every later
+    /// operation on the endpoint then fails. How much of the data reached the peer is unknown.
+    /// [`Endpoint::send_owned`] never blocks and never closes the endpoint when dropped.
     pub async fn send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         let tag = self.msg_tags("Endpoint::send")?.msg_send;
         self.send_tag(buf, tag).await
@@ -313,6 +334,16 @@ impl Endpoint {
 
     /// Receives one message from the peer into `buf`; returns its length. A message longer
     /// than `buf` fails with `MessageTruncated`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the receive. A receive UCX
+    /// has not yet matched to a message is withdrawn at once; the message goes to the next receive
+    /// and the endpoint stays open. A receive UCX has matched (a message on its way) cannot be
+    /// withdrawn: the drop blocks, progressing the worker, until that message has landed in `buf`,
+    /// and the message is lost to the caller. If its sender fails partway through such a message,
+    /// UCX never finishes the receive and the drop does not return (a limit of UCX;
+    /// docs/reliability.md). [`Endpoint::recv_owned`] never blocks when dropped.
     pub async fn recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<usize> {
         let tag = self.msg_tags("Endpoint::recv")?.msg_recv;
         self.recv_tag(buf, tag, FULL_MASK).await
@@ -328,6 +359,15 @@ impl Endpoint {
     }
 
     /// Sends `buf` with an explicit tag.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. An operation UCX
+    /// cannot cancel (a rendezvous send whose receiver never posts its receive) that is still
+    /// running 50 ms after the cancel has its endpoint force-closed, which ends it; every later
+    /// operation on the endpoint then fails. How much of the data reached the peer is unknown.
+    /// [`Endpoint::send_owned`] never blocks and never closes the endpoint when dropped.
     pub async fn send_tag<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
         self.send_tag_as(buf, tag, false).await
     }
@@ -335,6 +375,15 @@ impl Endpoint {
     /// [`Endpoint::send_tag`] that UCX completes as early as it can, copying eagerly rather
     /// than starting a rendezvous whose handshake needs the receiver to run
     /// (`ucx_core::Endpoint::tag_send_fast`): for small messages that carry latency.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. An operation UCX
+    /// cannot cancel (a rendezvous send whose receiver never posts its receive) that is still
+    /// running 50 ms after the cancel has its endpoint force-closed, which ends it; every later
+    /// operation on the endpoint then fails. How much of the data reached the peer is unknown.
+    /// [`Endpoint::send_owned`] never blocks and never closes the endpoint when dropped.
     pub async fn send_tag_fast<B: SendBuffer + ?Sized>(&self, buf: &B, tag: u64) -> Result<()> {
         self.send_tag_as(buf, tag, true).await
     }
@@ -351,6 +400,16 @@ impl Endpoint {
     /// Receives a message whose tag matches `tag` under `mask`. Completes with an error naming
     /// the cause when this endpoint is closed or its peer fails first. (UCX matches receives
     /// per worker: the tag, not the endpoint, decides which message arrives here.)
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the receive. A receive UCX
+    /// has not yet matched to a message is withdrawn at once; the message goes to the next receive
+    /// and the endpoint stays open. A receive UCX has matched (a message on its way) cannot be
+    /// withdrawn: the drop blocks, progressing the worker, until that message has landed in `buf`,
+    /// and the message is lost to the caller. If its sender fails partway through such a message,
+    /// UCX never finishes the receive and the drop does not return (a limit of UCX;
+    /// docs/reliability.md). [`Endpoint::recv_owned`] never blocks when dropped.
     pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
         let state = &self.inner.state;
         self.may_receive("Endpoint::recv", tag, mask)?;
@@ -371,6 +430,12 @@ impl Endpoint {
     /// [`Endpoint::send`] on a buffer the operation owns, returned when done. Dropping the
     /// future before then never blocks and never closes the endpoint: the buffer stays with
     /// UCX until the send finishes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the sense that matters for buffers: dropping the future never blocks and
+    /// never closes the endpoint. The send goes on; UCX keeps the buffer and frees it when the send
+    /// finishes (whether the peer receives it depends on that send).
     pub async fn send_owned<B: SendBuffer + Send + 'static>(&self, buf: B) -> Result<B> {
         let tag = self.msg_tags("Endpoint::send_owned")?.msg_send;
         self.inner.state.check("Endpoint::send_owned")?;
@@ -384,6 +449,12 @@ impl Endpoint {
 
     /// [`Endpoint::recv`] into a buffer the operation owns; returns it with the length
     /// received. Dropping the future before then cancels the receive without blocking.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never blocks: the receive is cancelled, and the buffer stays with UCX
+    /// until UCX lets go of it, then is freed. A message UCX had already matched to this receive is
+    /// lost; an unmatched one goes to the next receive.
     pub async fn recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B) -> Result<(B, usize)> {
         let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
         let state = &self.inner.state;
@@ -406,6 +477,15 @@ impl Endpoint {
 
     /// Sends `buf` as an active message the UCX-Py way (handler 0, a 4-byte header with the
     /// buffer's memory type, the reply flag so the peer knows the sender).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. An operation UCX
+    /// cannot cancel (a rendezvous send whose receiver never posts its receive) that is still
+    /// running 50 ms after the cancel has its endpoint force-closed, which ends it; every later
+    /// operation on the endpoint then fails. How much of the data reached the peer is unknown.
+    /// [`Endpoint::send_owned`] never blocks and never closes the endpoint when dropped.
     pub async fn am_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::am_send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
@@ -422,6 +502,13 @@ impl Endpoint {
     /// Receives the next active message the peer sent with [`Endpoint::am_send`], in a buffer
     /// from the allocator registered for its memory type (eager messages: host memory).
     /// Fails with `Canceled` once the endpoint is closed and nothing is left to receive.
+    ///
+    /// # Cancel safety
+    ///
+    /// While no message has arrived, dropping the future loses nothing: the next message stays
+    /// queued, first in line, for the next `am_recv`. Once a rendezvous message is being fetched
+    /// into the allocator's buffer, dropping cancels the fetch as a dropped [`Endpoint::send`] does
+    /// (blocking for up to 50 ms, then force-closing the endpoint), and the message is lost.
     pub async fn am_recv(&self) -> Result<Box<dyn AmBuffer>> {
         let router = &self.inner.worker.inner.am;
         let signals = &self.inner.worker.inner.signals;
@@ -472,6 +559,13 @@ impl Endpoint {
 
     /// Writes `buf` into the peer's registered memory at `remote_addr` (one-sided).
     /// Completion means `buf` may be reused; [`Endpoint::flush`] makes the data visible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf` (at most 50 ms;
+    /// an operation still running then has its endpoint force-closed, which ends it, and every
+    /// later operation on the endpoint fails). `buf` may have been partly written or read.
     pub async fn put<B: SendBuffer + ?Sized>(
         &self,
         buf: &B,
@@ -484,6 +578,13 @@ impl Endpoint {
     }
 
     /// Reads the peer's registered memory at `remote_addr` into `buf` (one-sided).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf` (at most 50 ms;
+    /// an operation still running then has its endpoint force-closed, which ends it, and every
+    /// later operation on the endpoint fails). `buf` may have been partly written or read.
     pub async fn get<B: RecvBuffer + ?Sized>(
         &self,
         buf: &mut B,
@@ -496,6 +597,15 @@ impl Endpoint {
     }
 
     /// Sends `buf` on the endpoint's stream.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the operation, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. An operation UCX
+    /// cannot cancel (a rendezvous send whose receiver never posts its receive) that is still
+    /// running 50 ms after the cancel has its endpoint force-closed, which ends it; every later
+    /// operation on the endpoint then fails. How much of the data reached the peer is unknown.
+    /// [`Endpoint::send_owned`] never blocks and never closes the endpoint when dropped.
     pub async fn stream_send<B: SendBuffer + ?Sized>(&self, buf: &B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_send")?;
         let s = self.inner.core.stream_send(buf).map_err(|e| self.cause("Endpoint::stream_send", e))?;
@@ -511,6 +621,14 @@ impl Endpoint {
     /// Receives exactly `buf.byte_len()` bytes from the endpoint's stream. Bytes that arrived
     /// before (held by the worker's sweep) come first; into device memory they cannot, and
     /// the receive fails with `Unsupported` saying so.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future before it completes cancels the receive, then blocks
+    /// the dropping thread, progressing the worker, until UCX has let go of `buf`. UCX cannot
+    /// cancel a stream receive: 50 ms after the cancel its endpoint is force-closed, which ends it,
+    /// and every later operation on the endpoint fails. Bytes already written into `buf` are lost
+    /// to the stream.
     pub async fn stream_recv<B: RecvBuffer + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.inner.state.check("Endpoint::stream_recv")?;
         let load = Load::new(buf.byte_len(), buf.memory_type());
@@ -520,6 +638,12 @@ impl Endpoint {
     }
 
     /// Completes every operation issued so far, remotely.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes cancels the flush (the operations issued before it
+    /// go on); one still running 50 ms later has its endpoint force-closed, as for a dropped
+    /// [`Endpoint::send`].
     pub async fn flush(&self) -> Result<()> {
         let s = self.inner.core.flush().map_err(|e| self.cause("Endpoint::flush", e))?;
         self.finish("Endpoint::flush", s, Load::NONE).await
@@ -529,6 +653,14 @@ impl Endpoint {
     /// so it finishes receiving what we sent), fails our pending receives with `Canceled`,
     /// then closes the UCX endpoint with a flush (forcibly if the peer already failed), and
     /// drops what the peer sent on the endpoint's tags that was not received.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future midway leaves the close unfinished. Dropped while the shutdown message
+    /// is being sent, that send is cancelled as in [`Endpoint::send`] and the endpoint stays up;
+    /// dropped later, the endpoint is closed for this side and UCX's close is cancelled. Either way
+    /// [`Endpoint::abort`] finishes the job, and dropping the last handle to the endpoint force-
+    /// closes it (blocking until UCX has released it).
     pub async fn close(&self) -> Result<()> {
         let up = self.inner.state.check("close").is_ok();
         #[cfg(feature = "tracing")]

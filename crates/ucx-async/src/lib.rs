@@ -56,3 +56,14 @@ pub use worker::Worker;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of docs/getting-started.md, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/getting-started.md")]
+pub struct GettingStartedDoctests;
+
+/// The Rust examples of docs/multirail.md (multi-rail and topology), compiled and run as
+/// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/multirail.md")]
+pub struct MultirailDoctests;

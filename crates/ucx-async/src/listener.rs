@@ -87,6 +87,13 @@ impl Listener {
     /// Waits for the next connection and completes its handshake. A client that fails the
     /// handshake yields an error for that connection only; call `accept` again for the next.
     /// While one handshake runs, later clients wait; [`Listener::incoming`] runs them side by side.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while it waits for a connection, the future loses nothing: requests that arrive stay
+    /// queued for the next `accept` or [`Listener::incoming`](crate::Listener::incoming). Dropped
+    /// during the handshake, it abandons that connection as a dropped
+    /// [`Endpoint::connect`](crate::Endpoint::connect) does (that client sees its connection fail).
     pub async fn accept(&self) -> Result<Endpoint> {
         let req = self.requests.lock().await.recv().await;
         let Some(req) = req else {
@@ -122,6 +129,12 @@ pub struct Incoming<'a> {
 
 impl Incoming<'_> {
     /// The next handshaken endpoint (the stream's next item, without a `StreamExt` import).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses no endpoint. Handshakes run inside the stream, and
+    /// one that finishes is yielded by the next call; dropping the stream itself abandons the
+    /// handshakes still running.
     pub async fn next(&mut self) -> Option<Result<Endpoint>> {
         std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }

@@ -103,6 +103,11 @@ impl Posting {
 ///
 /// Use it for operations that depend on the peer's: an exchange of large messages both ways,
 /// or sends and receives to several peers at once. One operation at a time needs nothing.
+///
+/// # Cancel safety
+///
+/// Dropping the future drops every future it holds, each with its own drop behaviour (see the `#
+/// Cancel safety` section of the operation it wraps).
 pub async fn try_join_posted<F, T, E>(futures: impl IntoIterator<Item = F>) -> Result<Vec<T>, E>
 where
     F: Future<Output = Result<T, E>>,

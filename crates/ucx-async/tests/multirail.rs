@@ -1,7 +1,7 @@
 //! Multi-rail over real UCX on 127.0.0.1, each rail on its own context and worker (as rails
 //! on different devices would be), the two sides on their own threads and runtimes (as two
 //! processes would be: one side blocked must not stall the other): every size from 0 B to
-//! 16 MiB (256 MiB with `UCX_MULTIRAIL_LONG=1`) at every rail count, ratio and stage count
+//! 16 MiB (256 MiB with `UCXA_TEST_MULTIRAIL_LONG=1`) at every rail count, ratio and stage count
 //! of the sweep arrives intact; bad splits and mismatched rails are refused; a failed rail
 //! fails the message on both sides without a hang; a dropped receive aborts the group. With
 //! feature `cuda`, device buffers split over rails (skipped without a CUDA device).
@@ -92,7 +92,7 @@ async fn expect(group: &RailGroup, expected: &[u8]) {
 /// The sweep: (rails, split, message size, seed), in the order both sides walk it.
 fn sweep(rails: usize) -> Vec<(Split, usize, u64)> {
     let mut sizes = vec![0usize, 1, 7, 4096, 65_537, 1 << 20, 16 << 20];
-    if std::env::var_os("UCX_MULTIRAIL_LONG").is_some() {
+    if std::env::var_os("UCXA_TEST_MULTIRAIL_LONG").is_some() {
         sizes.push(256 << 20);
     }
     let ratios: &[f64] = if rails == 1 { &[0.0] } else { &[0.0, 0.5, 0.75, 1.0] };

@@ -2,9 +2,9 @@
 //! example and every progress mode, one side is SIGKILLed while data flows and the other must
 //! exit with a failure within [`DEADLINE`]. This is the reactor's starvation bug (event mode
 //! spun between progress and arm without yielding, so the futures that would see the error
-//! never ran) and issue 12's "failures never hang" for the Rust examples.
+//! never ran), and the guarantee that a failure never hangs the Rust examples.
 //!
-//! Rounds per case: `UCX_ASYNC_KILL_ROUNDS` (default 1; the long form is 100, see
+//! Rounds per case: `UCXA_TEST_KILL_ROUNDS` (default 1; the long form is 100, see
 //! `scripts/reliability.sh`). Needs the examples built (`cargo test` builds them).
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -117,7 +117,7 @@ fn round(workload: &str, mode: &str, kill_server: bool) {
 }
 
 fn rounds() -> usize {
-    std::env::var("UCX_ASYNC_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+    std::env::var("UCXA_TEST_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
 #[test]

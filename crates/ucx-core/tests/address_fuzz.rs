@@ -3,7 +3,7 @@
 //! refused with a reason or, when accepted, given to `ucp_ep_create` without aborting the
 //! process (the bug: one flipped byte made UCX abort in `address.c`).
 //!
-//! Cases per run: `UCX_FUZZ_CASES` (default 20 000; `scripts/fuzz.sh` runs 1 000 000).
+//! Cases per run: `UCXA_TEST_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
 //! Endpoints are created only for accepted inputs, on a context limited to shared memory and
 //! `self`, so no fuzzed address can make UCX open a network connection.
 #[path = "common/fuzz.rs"]
@@ -120,7 +120,7 @@ fn fuzzed_addresses_never_abort() {
         if accepted > 2_000 && rng.below(100) != 0 {
             continue;
         }
-        if let Ok(path) = std::env::var("UCX_FUZZ_LOG") {
+        if let Ok(path) = std::env::var("UCXA_TEST_FUZZ_LOG") {
             // The input about to reach UCX, for reproducing a crash.
             std::fs::write(path, &input).unwrap();
         }
@@ -134,10 +134,10 @@ fn fuzzed_addresses_never_abort() {
     assert!(accepted > 0, "the mutations never produced a valid address: the test tests nothing");
 }
 
-/// Replays one input saved by `UCX_FUZZ_LOG` (`UCX_FUZZ_INPUT=path cargo test ... replay`).
+/// Replays one input saved by `UCXA_TEST_FUZZ_LOG` (`UCXA_TEST_FUZZ_INPUT=path cargo test ... replay`).
 #[test]
 fn replay() {
-    let Ok(path) = std::env::var("UCX_FUZZ_INPUT") else { return };
+    let Ok(path) = std::env::var("UCXA_TEST_FUZZ_INPUT") else { return };
     let input = std::fs::read(path).unwrap();
     let (_live, _) = real_addresses();
     let worker = Worker::new(&context("v1", "self,sm")).unwrap();

@@ -2,7 +2,7 @@
 //! accepts exactly what its encoder writes (a decoded value re-encodes to the same bytes).
 //! Worker addresses have their own test (`address_fuzz.rs`, which also creates endpoints).
 //!
-//! Cases per decoder: `UCX_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
+//! Cases per decoder: `UCXA_TEST_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
 #[path = "common/fuzz.rs"]
 mod fuzz;
 use fuzz::{cases, Rng};

@@ -14,6 +14,8 @@ from .bootstrap import boot_context, init_nearest_devices, join, serve
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env
 from ..continuous_ucx_progress import inline_spin_us
 from .posted import Posted, spin_until_done
+from .shared_window import SharedWindow
+from . import _buffers
 
 _PATHS = ("auto", "direct", "buffered")
 
@@ -291,7 +293,7 @@ class Communicator:
 
         def copy_own():
             if not own_copied:
-                _copy_own(out, parts, me)
+                _buffers.copy_own(out, parts, me)
                 own_copied.append(True)
 
         await self._take_in_turn(seq, recvs, out, posted, before_wait=copy_own)
@@ -367,7 +369,7 @@ class Communicator:
             return
         messages = _native.alltoallv_messages(length, batch) if data is None else []
         try:
-            _resize(out[r], length)
+            _buffers.resize(out[r], length)
         except (MemoryError, OverflowError):
             # No room for the part: its messages are received and dropped, so its sender
             # completes; this call then fails with the reason.
@@ -376,7 +378,7 @@ class Communicator:
                 posted.discard(ep, tag(seq, r, b))
             return
         if data is not None:
-            _copy_into(out[r], data)
+            _buffers.copy_into(out[r], data)
             return
         # Every message of the part (one, or a batch each) straight into its range.
         view = memoryview(out[r])
@@ -497,8 +499,6 @@ class Communicator:
         an all-to-all whose parts are copied once, into the receiver's memory (see
         ``ucp.collective.shared_window``). Collective, in order with the other collectives;
         the slots may differ between ranks."""
-        from .shared_window import SharedWindow  # it uses this module's buffer helpers
-
         return await SharedWindow.open(self, slot)
 
     async def close(self):
@@ -506,24 +506,3 @@ class Communicator:
         await self.barrier()
         for ep in self._eps:
             ep.abort()
-
-
-def _copy_own(out, parts, me):
-    """This rank's own part into ``out[me]``: it never leaves the process."""
-    _resize(out[me], len(parts[me]))
-    _copy_into(out[me], parts[me])
-
-
-def _copy_into(buf, data):
-    """Copies ``data`` (any buffer of ``len(buf)`` bytes) into the bytearray ``buf`` in one
-    pass. (``buf[:] = data`` first copies a non-bytearray ``data`` into a new bytearray: for a
-    16 MiB part, a second copy and 16 MiB of fresh pages.)"""
-    memoryview(buf)[:] = memoryview(data).cast("B")
-
-
-def _resize(buf, n):
-    """Makes the bytearray ``buf`` ``n`` bytes long: shrinking keeps the allocation, growing
-    reuses it where it can (the new bytes are zero until a receive writes them)."""
-    if len(buf) != n:
-        buf[n:] = b""
-        buf.extend(bytes(n - len(buf)))

@@ -19,7 +19,7 @@ has started call k + 1, that is once it is done with the parts of call k. So a p
 from .. import _ucx_async as _native
 from .. import core
 from ..continuous_ucx_progress import inline_spin_us
-from .communicator import _copy_into, _resize
+from ._buffers import copy_into, resize
 
 
 class SharedWindow:
@@ -119,7 +119,7 @@ class SharedWindow:
                 landed[r] = ("window", n)
             else:
                 recvs[r] = self._messages[r]
-                _resize(recvs[r], n)
+                resize(recvs[r], n)
                 landed[r] = ("message", n)
         if any(b is not None for b in sends) or any(b is not None for b in recvs):
             await comm._exchange(seq, 1, sends, recvs)
@@ -129,8 +129,8 @@ class SharedWindow:
         if fits[me]:
             landed[me] = ("window", own)
         else:
-            _resize(self._messages[me], own)
-            _copy_into(self._messages[me], parts[me])
+            resize(self._messages[me], own)
+            copy_into(self._messages[me], parts[me])
             landed[me] = ("message", own)
         self._landed = landed
 

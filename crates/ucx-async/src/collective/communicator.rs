@@ -58,6 +58,11 @@ impl std::fmt::Debug for Communicator {
 
 impl Communicator {
     /// Joins the job the launcher's environment describes ([`Launch::from_env`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the bootstrap: the endpoints made so far are
+    /// dropped, which force-closes them, and the other ranks' bootstrap fails or times out.
     pub async fn from_env(worker: &Worker) -> Result<Communicator> {
         Communicator::join(worker, &Launch::from_env()?).await
     }
@@ -65,6 +70,11 @@ impl Communicator {
     /// Joins the job `launch` describes: its rank and size, how to reach rank 0, and whether
     /// the ranks' endpoints have peer error handling ([`Launch::error_handling`]; every rank
     /// must choose the same, and rank 0 refuses one that does not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the bootstrap: the endpoints made so far are
+    /// dropped, which force-closes them, and the other ranks' bootstrap fails or times out.
     pub async fn join(worker: &Worker, launch: &Launch) -> Result<Communicator> {
         let (rank, size, eh) = (launch.rank, launch.size, launch.error_handling);
         check_world(rank, size)?;
@@ -80,6 +90,12 @@ impl Communicator {
     /// whole by a rename) and removes it once every rank has joined; the others wait for the
     /// file for up to [`BOOTSTRAP_TIMEOUT`], reading it again while its address does not
     /// answer (a file left by an earlier job). The ranks' endpoints have peer error handling.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the bootstrap: the endpoints made so far are
+    /// dropped, which force-closes them, and the other ranks' bootstrap fails or times out. A
+    /// rendezvous file rank 0 has written is left behind; the next job uses a new path anyway.
     pub async fn bootstrap_file(
         worker: &Worker,
         rank: usize,
@@ -148,6 +164,11 @@ impl Communicator {
     /// Joins a job of `size` ranks as `rank`; rank 0 listens on `root`, the others connect
     /// to it (retrying for up to [`BOOTSTRAP_TIMEOUT`] while it is not up yet). The ranks'
     /// endpoints have peer error handling.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the bootstrap: the endpoints made so far are
+    /// dropped, which force-closes them, and the other ranks' bootstrap fails or times out.
     pub async fn bootstrap(worker: &Worker, rank: usize, size: usize, root: SocketAddr) -> Result<Communicator> {
         Communicator::join(worker, &Launch { rank, size, root: Root::Address(root), error_handling: true }).await
     }
@@ -180,6 +201,11 @@ impl Communicator {
     /// Rank 0 of a job of `size` ranks, on a listener the caller bound (for a port chosen by
     /// the system: bind to port 0 and hand [`Listener::local_addr`] to the other ranks). The
     /// ranks' endpoints have peer error handling.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves abandons the bootstrap: the endpoints made so far are
+    /// dropped, which force-closes them, and the other ranks' bootstrap fails or times out.
     pub async fn serve(worker: &Worker, listener: &Listener, size: usize) -> Result<Communicator> {
         check_world(0, size)?;
         let joined = bootstrap::serve(worker, listener, size, true).await?;
@@ -278,6 +304,11 @@ impl Communicator {
     }
 
     /// Sends `buf` to rank `dest` with `tag` (below 2^31; larger tags are the communicator's).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Endpoint::send_tag`](crate::Endpoint::send_tag): dropping the future cancels the
+    /// send and may block for up to 50 ms, then force-close the endpoint to rank `dest`.
     pub async fn send<B: SendBuffer + ?Sized>(&self, dest: usize, buf: &B, tag: u32) -> Result<()> {
         let t = tag::user(tag, self.rank, "Communicator::send")?;
         self.peer(dest, "Communicator::send")?.send_tag(buf, t).await
@@ -285,6 +316,11 @@ impl Communicator {
 
     /// Receives into `buf` the message rank `src` sent with `tag`; returns its length. Fails
     /// if rank `src` fails or its endpoint closes first.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Endpoint::recv_tag`](crate::Endpoint::recv_tag): an unmatched receive is withdrawn
+    /// at once; a matched one blocks the drop until its message has landed in `buf`.
     pub async fn recv<B: RecvBuffer + ?Sized>(&self, src: usize, buf: &mut B, tag: u32) -> Result<usize> {
         let t = tag::user(tag, src, "Communicator::recv")?;
         self.peer(src, "Communicator::recv")?.recv_tag(buf, t, FULL_MASK).await
@@ -313,6 +349,15 @@ impl Communicator {
     }
 
     /// Returns once every rank has called `barrier`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn barrier(&self) -> Result<()> {
         let seq = self.next_seq();
         // Every rank tells every other rank (N^2 empty messages: fine for the world sizes a
@@ -326,6 +371,15 @@ impl Communicator {
 
     /// Gathers every rank's `mine` (the same length on every rank) into `out`, rank by rank:
     /// `out` holds `size() * mine.len()` bytes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn allgather(&self, mine: &[u8], out: &mut [u8]) -> Result<()> {
         let op = "Communicator::allgather";
         if out.len() != mine.len() * self.size() {
@@ -355,6 +409,15 @@ impl Communicator {
     /// All-to-all with a part of any size (zero included) for each rank: `parts[r]` goes to
     /// rank `r`, and the result's element `r` is what rank `r` sent this rank. The sizes are
     /// exchanged first, so each part is received straight into a buffer of its size.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn alltoallv(&self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         self.alltoallv_into(parts, &mut out).await?;
@@ -364,6 +427,15 @@ impl Communicator {
     /// [`Communicator::alltoallv`] into `out`, whose buffers are resized to what each rank
     /// sends and reused: called again with the same `out`, it allocates nothing once the
     /// buffers have grown to their sizes (and UCX finds them already registered).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn alltoallv_into(&self, parts: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()> {
         let op = "Communicator::alltoallv";
         if parts.len() != self.size() {
@@ -488,6 +560,11 @@ impl Communicator {
 
     /// Closes the endpoints to every rank (after a final barrier, so no rank closes while
     /// another still sends to it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the communicator: its endpoints are force-closed at once, without
+    /// the final barrier, so a rank still sending to this one may see its operation fail.
     pub async fn close(self) -> Result<()> {
         self.barrier().await?;
         for ep in &self.peers {

@@ -28,6 +28,15 @@ impl Communicator {
     /// buffer for is received into one byte and dropped, so the other ranks' calls complete
     /// and the communicator stays in step; the allocation's error is returned (and `out` left
     /// empty).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn alltoallv_device_into(
         &self,
         parts: &[&DeviceBuffer<u8>],

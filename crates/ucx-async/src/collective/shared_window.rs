@@ -106,6 +106,12 @@ impl Communicator {
     /// Collective: every rank calls it, in the same order as the other collectives; the slots
     /// may differ between ranks. A peer whose window cannot be mapped (on another host) is sent
     /// its parts as messages.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway frees this rank's window memory and leaves the
+    /// other ranks inside the collective that opens the window: the communicator is out of step
+    /// with them (see [`Communicator::alltoallv`]); drop it.
     pub async fn shared_window(&self, slot: usize) -> Result<SharedWindow<'_>> {
         const OPEN: &str = "Communicator::shared_window";
         let (me, size) = (self.rank(), self.size());
@@ -194,6 +200,15 @@ impl SharedWindow<'_> {
     /// rank `r` sent this rank. Each part of at most the receiver's slot is copied into its
     /// window, larger ones travel as messages. Every peer's transfer settles before an error
     /// is returned, as in [`Communicator::alltoallv`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future midway drops the operations it posted, each as a
+    /// dropped [`Endpoint::send`](crate::Endpoint::send) or
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does (this may block for up to 50 ms, or until a
+    /// matched message has landed, and may force-close an endpoint to a rank). This rank has then
+    /// left a collective the other ranks go on with, so the communicator is out of step with them:
+    /// do not use it for further collectives; drop it.
     pub async fn alltoallv(&mut self, parts: &[&[u8]]) -> Result<()> {
         let (comm, me, size) = (self.comm, self.comm.rank(), self.comm.size());
         if parts.len() != size {

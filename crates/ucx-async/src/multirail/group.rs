@@ -60,6 +60,11 @@ impl RailGroup {
     /// Connects rail `i` from `rails[i].0` (a worker, usually with its own context and
     /// devices) to the listener at `rails[i].1`, all rails at once, and introduces each rail
     /// to the accepting side ([`RailGroup::accept`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves drops the rails connected so far (each endpoint is
+    /// force-closed), so the peer's group fails to form.
     pub async fn connect(rails: &[(&Worker, SocketAddr)]) -> Result<RailGroup> {
         let n = rail_count(rails.len())?;
         let group = random_tag();
@@ -79,6 +84,11 @@ impl RailGroup {
     /// once), each introducing itself as rail `i` of the same group. A connection that does
     /// not is refused with [`Error::Protocol`]. For one client at a time; a server that many
     /// clients connect to at once uses [`super::RailListener`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves drops the rails connected so far (each endpoint is
+    /// force-closed), so the peer's group fails to form.
     pub async fn accept(listeners: &[Listener]) -> Result<RailGroup> {
         let n = rail_count(listeners.len())?;
         let accepted = try_join_all(listeners.iter().enumerate().map(|(i, listener)| async move {
@@ -129,6 +139,12 @@ impl RailGroup {
 
     /// Sends `buf` split by `split` (which must have as many rails as the group): a header
     /// on rail 0 announcing the chunks, and every chunk at once, each on its rail.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, by design: dropping the future before it finishes aborts the group (every
+    /// rail), so that a message cut short is never taken for the next one; every pending and later
+    /// operation on the group then fails with `Error::Rail`.
     pub async fn send<B: SendChunks + ?Sized>(&self, buf: &B, split: &Split) -> Result<()> {
         self.send_timed(buf, split, None).await.map(drop)
     }
@@ -136,6 +152,12 @@ impl RailGroup {
     /// [`RailGroup::send`], returning when each chunk's send finished (the seed's PROFILE
     /// mode): a rail whose chunks finish last is the one to give a smaller share. Two clock
     /// reads per chunk more than `send`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, by design: dropping the future before it finishes aborts the group (every
+    /// rail), so that a message cut short is never taken for the next one; every pending and later
+    /// operation on the group then fails with `Error::Rail`.
     pub async fn send_profiled<B: SendChunks + ?Sized>(&self, buf: &B, split: &Split) -> Result<Vec<ChunkTime>> {
         self.send_timed(buf, split, Some(Instant::now())).await
     }
@@ -167,6 +189,14 @@ impl RailGroup {
 
     /// Receives the next message into the start of `buf`, each chunk straight into its place.
     /// Returns its length. A message longer than `buf` is refused and the group aborted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, by design: dropping the future before it finishes aborts the group (every
+    /// rail), so that a message cut short is never taken for the next one; every pending and later
+    /// operation on the group then fails with `Error::Rail`. A receive dropped midway first waits
+    /// for the chunks UCX has started writing into `buf`, as a dropped
+    /// [`Endpoint::recv`](crate::Endpoint::recv) does.
     pub async fn recv<B: RecvChunks + ?Sized>(&self, buf: &mut B) -> Result<usize> {
         const OP: &str = "RailGroup::recv";
         self.check(OP, self.rails.len())?;
@@ -194,6 +224,12 @@ impl RailGroup {
     }
 
     /// Closes every rail (each tells its peer, as `Endpoint::close` does).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future midway cancels the rails' closes as a dropped
+    /// [`Endpoint::close`](crate::Endpoint::close) does; dropping the group then force-closes every
+    /// rail.
     pub async fn close(&self) -> Result<()> {
         self.broken.store(true, Ordering::Release);
         let mut first = Ok(());

@@ -52,6 +52,11 @@ impl RailListener {
     }
 
     /// The next complete group. Fails only when a listener is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses no rail. Connections that arrived stay with the
+    /// listener, and the next `accept` assembles their groups.
     pub async fn accept(&mut self) -> Result<RailGroup> {
         let rails = self.listeners.len();
         loop {

@@ -23,7 +23,7 @@ impl Rng {
     }
 }
 
-/// Cases per run: `UCX_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
+/// Cases per run: `UCXA_TEST_FUZZ_CASES` (default 20 000; `scripts/reliability.sh`: 1 000 000).
 pub fn cases() -> usize {
-    std::env::var("UCX_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
+    std::env::var("UCXA_TEST_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
 }
