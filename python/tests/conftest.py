@@ -107,7 +107,20 @@ async def pair(handler=None, **listener_kw):
     lf = ucp.create_listener(on_connect, **listener_kw)
     lf.accepted = accepted
     client = await ucp.create_endpoint("127.0.0.1", lf.port)
-    return lf, client, await server_ep
+    server = await server_ep
+    # Settled: the same-host single-copy path's hello exchange (its receives count in
+    # `Worker.inflight()`, which tests read) has run, where both sides offer the path.
+    await settled(client, server)
+    return lf, client, server
+
+
+async def settled(*eps, timeout=5):
+    """Waits until each endpoint's single-copy hello exchange (if it has one) is done."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    for ep in eps:
+        while ep._tags and ep._tags.get("single_copy") and ep.single_copy[:2] != (True, True):
+            assert asyncio.get_running_loop().time() < deadline, f"no single-copy verdicts: {ep.single_copy}"
+            await asyncio.sleep(0.001)
 
 
 async def posted(coro):

@@ -47,6 +47,10 @@ class Endpoint:
             tag = (tags or {}).get(key)
             if tag is not None:
                 endpoint.watch_tag(tag)
+        if tags and tags.get("single_copy"):
+            # A peer of ours: large host messages between two processes on one host may go
+            # by single copy (the native hello exchange decides, in the background).
+            endpoint.start_single_copy(tags["msg_recv"], tags["msg_send"])
 
     @property
     def uid(self):
@@ -56,6 +60,15 @@ class Endpoint:
     def closed(self):
         ep = self._ep
         return ep is None or not ep.initialized or not ep.is_alive()
+
+    @property
+    def single_copy(self):
+        """``(sending, receiving, sent, received)``: whether this side's large host messages go
+        by same-host single copy (the peer reads them from this process's memory), whether it
+        reads the peer's, and how many messages did each way (docs/configuration.md,
+        ``UCXA_SINGLE_COPY``)."""
+        ep = self._ep
+        return ep.single_copy() if ep is not None else (False, False, 0, 0)
 
     @property
     def alive(self):

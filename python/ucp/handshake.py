@@ -52,20 +52,28 @@ async def exchange_peer_info(endpoint, msg_tag, ctrl_tag, listener, connect_time
 
 def _peer(protocol, peer):
     msg_tag, ctrl_tag = _native.peer_info_decode(protocol, bytes(peer))
-    return {"msg_tag": msg_tag, "ctrl_tag": ctrl_tag}
+    marked = ctrl_tag is not None and _native.single_copy_marked(msg_tag, ctrl_tag)
+    return {"msg_tag": msg_tag, "ctrl_tag": ctrl_tag, "single_copy": marked}
 
 
 def new_tags(ep_handle):
-    """This side's fresh ``(msg_tag, ctrl_tag)`` for an endpoint (UCX-Py's derivation)."""
+    """This side's fresh ``(msg_tag, ctrl_tag)`` for an endpoint: ``msg_tag`` by UCX-Py's
+    derivation, ``ctrl_tag`` derived from it with the mark that tells a peer of ours that
+    this side speaks the same-host single-copy path (a UCX-Py or UCXX peer uses it as any
+    tag). With the path turned off (``UCXA_SINGLE_COPY=0``) both are UCX-Py's."""
     seed = os.urandom(16)
-    return hash64bits("msg_tag", seed, ep_handle), hash64bits("ctrl_tag", seed, ep_handle)
+    msg_tag = hash64bits("msg_tag", seed, ep_handle)
+    marked = _native.single_copy_ctrl_tag(msg_tag)
+    return msg_tag, marked if marked is not None else hash64bits("ctrl_tag", seed, ep_handle)
 
 
 def tag_map(msg_tag, ctrl_tag, peer_info):
-    """The endpoint's four tags: what it sends and receives on, for messages and control."""
+    """The endpoint's four tags: what it sends and receives on, for messages and control;
+    and whether the peer carried the single-copy mark."""
     return {
         "msg_send": peer_info["msg_tag"],
         "msg_recv": msg_tag,
         "ctrl_send": peer_info["ctrl_tag"],
         "ctrl_recv": ctrl_tag if peer_info["ctrl_tag"] is not None else None,
+        "single_copy": peer_info.get("single_copy", False),
     }

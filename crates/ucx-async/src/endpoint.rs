@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
 use crate::op::{Completes, CompletesOwned, Load};
+use crate::single_copy::{read_error, SingleCopy};
 use crate::worker::{Swept, Worker};
 
 /// How long dropping one unreceived message may progress the worker (a rendezvous whose
@@ -60,6 +61,8 @@ struct EndpointInner {
     /// Stream bytes that arrived before a stream receive asked for them (counted against the
     /// worker's cap); stream receives read it first, under its lock.
     stream: Mutex<StreamBacklog>,
+    /// The same-host single-copy path, with a peer that carried its mark in the handshake.
+    single_copy: Option<Arc<SingleCopy>>,
 }
 
 impl EndpointInner {
@@ -112,6 +115,9 @@ impl Drop for EndpointInner {
     fn drop(&mut self) {
         if let Some(t) = self.ctrl_task.get_mut().ok().and_then(Option::take) {
             t.abort();
+        }
+        if let Some(sc) = &self.single_copy {
+            sc.stop();
         }
         self.worker.inner.am.forget(self.core_id);
         self.clear_stream();
@@ -196,10 +202,10 @@ impl Endpoint {
             let state = Arc::new(EpState::new());
             let core =
                 ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
-            let (flavour, tags) = handshake::client(&core, &worker.inner.signals, options.timeout)
+            let (flavour, tags, marked) = handshake::client(&core, &worker.inner.signals, options.timeout)
                 .await
                 .map_err(|e| unreachable_because(worker, addr, e))?;
-            Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), marked))
         };
         traced(connect, "connect", addr).await
     }
@@ -221,7 +227,7 @@ impl Endpoint {
         let state = Arc::new(EpState::new());
         let params = params(&state, worker, options.error_handling);
         let core = ucx_core::Endpoint::connect_to_worker(worker.core(), address, params)?;
-        Ok(Self::established(worker, core, state, tags, None))
+        Ok(Self::established(worker, core, state, tags, None, false))
     }
 
     pub(crate) async fn accept(
@@ -235,23 +241,30 @@ impl Endpoint {
             let state = Arc::new(EpState::new());
             let core =
                 ucx_core::Endpoint::accept(worker.core(), request, params(&state, worker, options.error_handling))?;
-            let tags = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
-            Ok(Self::established(worker, core, state, Some(tags), Some(flavour)))
+            let (tags, marked) = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), marked))
         };
         traced(accept, "accept", client).await
     }
 
+    /// The endpoint after its handshake (if any); `marked`: the peer carried the single-copy
+    /// mark, so the hello exchange starts.
     fn established(
         worker: &Worker,
         core: ucx_core::Endpoint,
         state: Arc<EpState>,
         tags: Option<Tags>,
         flavour: Option<Flavour>,
+        marked: bool,
     ) -> Endpoint {
         let ctrl_task = tags.and_then(|t| t.ctrl_recv).map(|tag| {
             let (w, s) = (worker.clone(), state.clone());
             tokio::spawn(async move { watch_ctrl(w, s, tag).await })
         });
+        let single_copy = match tags {
+            Some(t) if marked && ucx_core::single_copy::enabled() => Some(SingleCopy::start(worker, &core, &state, t)),
+            _ => None,
+        };
         let inner = Arc::new(EndpointInner {
             core_id: core.id(),
             core,
@@ -261,6 +274,7 @@ impl Endpoint {
             state,
             ctrl_task: Mutex::new(ctrl_task),
             stream: Mutex::default(),
+            single_copy,
         });
         for tag in inner.own_tags() {
             worker.inner.unclaimed.watch(tag, inner.key(), || Arc::downgrade(&inner) as Weak<dyn Swept>);
@@ -286,6 +300,14 @@ impl Endpoint {
     /// The worker it belongs to.
     pub fn worker(&self) -> &Worker {
         &self.inner.worker
+    }
+
+    /// Whether this endpoint's large host messages travel by single copy (same host, both
+    /// sides ucx-async or `ucp`, each able to read the other's memory), and how many did. The
+    /// hello exchange that turns it on runs in the background right after the connection is
+    /// made: until it is done, and with any other peer, messages go the ordinary way.
+    pub fn single_copy(&self) -> ucx_core::single_copy::Counts {
+        self.inner.single_copy.as_ref().map(|sc| sc.counts()).unwrap_or_default()
     }
 
     /// `Ok` while usable; otherwise why not (closed, or the peer's failure status).
@@ -392,6 +414,13 @@ impl Endpoint {
         self.inner.state.check("Endpoint::send")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
         let core = &self.inner.core;
+        if let Some(sc) =
+            self.inner.single_copy.as_ref().filter(|sc| !fast && sc.link.sends(buf.byte_len(), buf.memory_type()))
+        {
+            if let Some(r) = sc.send(&self.inner.worker, core, &self.inner.state, buf, tag).await {
+                return r.map_err(|e| self.down_or("Endpoint::send", e));
+            }
+        }
         let s = if fast { core.tag_send_fast(buf, tag) } else { core.tag_send(buf, tag) };
         let s = s.map_err(|e| self.cause("Endpoint::send", e))?;
         self.finish("Endpoint::send_tag", s, Load::new(buf.byte_len(), buf.memory_type())).await
@@ -423,8 +452,35 @@ impl Endpoint {
             .map_err(|e| self.cause("Endpoint::recv", e))?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).moving(load);
         let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
+        let c = self.read_through(c, buf.as_mut_ptr(), buf.byte_len(), buf.memory_type(), "Endpoint::recv")?;
         state.recv_finished();
         Ok(c.length)
+    }
+
+    /// A finished receive's completion, read through from the sender's memory if it was a
+    /// single-copy descriptor (`buf`: the receive's `capacity` bytes of `memory`).
+    fn read_through(
+        &self,
+        c: ucx_core::Completion,
+        buf: *mut u8,
+        capacity: usize,
+        memory: MemoryType,
+        op: &'static str,
+    ) -> Result<ucx_core::Completion> {
+        match &self.inner.single_copy {
+            Some(sc) if sc.link.receives() && memory == MemoryType::Host => {
+                // SAFETY: `buf` is the finished receive's buffer, `capacity` bytes of host
+                // memory that the caller holds (borrowed or owned) across this call.
+                unsafe { sc.link.read_through(&self.inner.core, c, buf, capacity) }
+                    .map_err(|e| read_error(&self.inner.state, op, e))
+            }
+            _ => Ok(c),
+        }
+    }
+
+    /// `e`, or the endpoint's own error if it went down meanwhile (the error's cause).
+    fn down_or(&self, op: &'static str, e: Error) -> Error {
+        self.inner.state.check(op).err().unwrap_or(e)
     }
 
     /// [`Endpoint::send`] on a buffer the operation owns, returned when done. Dropping the
@@ -440,6 +496,13 @@ impl Endpoint {
         let tag = self.msg_tags("Endpoint::send_owned")?.msg_send;
         self.inner.state.check("Endpoint::send_owned")?;
         self.inner.state.sends.fetch_add(1, Ordering::AcqRel);
+        if let Some(sc) = self.inner.single_copy.as_ref().filter(|sc| sc.link.sends(buf.byte_len(), buf.memory_type()))
+        {
+            // The descriptor's guard drops with this future, before `buf` does.
+            if let Some(r) = sc.send(&self.inner.worker, &self.inner.core, &self.inner.state, &buf, tag).await {
+                return r.map(|()| buf).map_err(|e| self.down_or("Endpoint::send_owned", e));
+            }
+        }
         let load = Load::new(buf.byte_len(), buf.memory_type());
         let op = self.inner.core.tag_send_owned(buf, tag).map_err(|e| self.cause("Endpoint::send_owned", e))?;
         let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
@@ -470,9 +533,11 @@ impl Endpoint {
         let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
         let mut watched = Watched::new(fut, state, Some(&self.inner.core));
         let c = (&mut watched).await?;
-        state.recv_finished();
         let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer);
-        Ok((buf.expect("a completed operation returns its buffer"), c.length))
+        let mut buf = buf.expect("a completed operation returns its buffer");
+        let c = self.read_through(c, buf.as_mut_ptr(), buf.byte_len(), buf.memory_type(), "Endpoint::recv_owned")?;
+        state.recv_finished();
+        Ok((buf, c.length))
     }
 
     /// Sends `buf` as an active message the UCX-Py way (handler 0, a 4-byte header with the

@@ -1,11 +1,14 @@
 //! The connection handshake of UCX-Py (24-byte peer info with a control tag) and of UCXX
 //! (16 bytes, no control tag), over the endpoint's stream API, with a timeout. The listener
 //! sends first; a connecting client reads 16 bytes and tells the flavours apart
-//! (`ucx_core::wire::detect`), so it can reach either kind of server.
+//! (`ucx_core::wire::detect`), so it can reach either kind of server. Our UCX-Py peer info
+//! carries the single-copy mark in its `ctrl_tag` (`ucx_core::wire::single_copy`), and each
+//! side reports whether the peer's did.
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+use ucx_core::wire::single_copy::{is_marked, marked_ctrl_tag};
 use ucx_core::wire::{self, Flavour, PeerInfo, UcxxPeerInfo};
 use ucx_core::CloseMode;
 
@@ -32,6 +35,16 @@ pub(crate) fn random_tag() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     h.finish()
+}
+
+/// Our UCX-Py `ctrl_tag`: marked for the single-copy path, or random (as UCX-Py's) where the
+/// path is turned off.
+fn our_ctrl_tag(msg_tag: u64) -> u64 {
+    if ucx_core::single_copy::enabled() {
+        marked_ctrl_tag(msg_tag)
+    } else {
+        random_tag()
+    }
 }
 
 /// Runs `fut` with a timeout; on timeout the endpoint is force-closed first, because UCX cannot
@@ -85,55 +98,62 @@ fn ucxx_tags(msg_tag: u64, peer: UcxxPeerInfo) -> Tags {
     Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: None, ctrl_recv: None }
 }
 
-/// The listener's side: send our info first, then read the client's.
+/// The listener's side: send our info first, then read the client's. Also says whether the
+/// client carried the single-copy mark (our UCX-Py peer info's `ctrl_tag` always does).
 pub(crate) async fn server(
     ep: &ucx_core::Endpoint,
     signals: &Signals,
     flavour: Flavour,
     timeout: Duration,
-) -> Result<Tags> {
+) -> Result<(Tags, bool)> {
     let stream = Stream { ep, signals, timeout };
     let msg_tag = random_tag();
     match flavour {
         Flavour::UcxPy => {
-            let ctrl_tag = random_tag();
+            let ctrl_tag = our_ctrl_tag(msg_tag);
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
             let mut inb = [0u8; PeerInfo::LEN];
             stream.recv(&mut inb).await?;
-            Ok(ucxpy_tags(msg_tag, ctrl_tag, PeerInfo::decode(&inb).map_err(wire_error)?))
+            let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
+            Ok((ucxpy_tags(msg_tag, ctrl_tag, peer), is_marked(peer.msg_tag, peer.ctrl_tag)))
         }
         Flavour::Ucxx => {
             stream.send(&UcxxPeerInfo { msg_tag }.encode()).await?;
             let mut inb = [0u8; UcxxPeerInfo::LEN];
             stream.recv(&mut inb).await?;
-            Ok(ucxx_tags(msg_tag, UcxxPeerInfo::decode(&inb).map_err(wire_error)?))
+            Ok((ucxx_tags(msg_tag, UcxxPeerInfo::decode(&inb).map_err(wire_error)?), false))
         }
     }
 }
 
-/// The client's side: read the listener's info, detect its flavour, answer in kind.
-pub(crate) async fn client(ep: &ucx_core::Endpoint, signals: &Signals, timeout: Duration) -> Result<(Flavour, Tags)> {
+/// The client's side: read the listener's info, detect its flavour, answer in kind. Also
+/// says whether the listener carried the single-copy mark.
+pub(crate) async fn client(
+    ep: &ucx_core::Endpoint,
+    signals: &Signals,
+    timeout: Duration,
+) -> Result<(Flavour, Tags, bool)> {
     let stream = Stream { ep, signals, timeout };
     let mut inb = [0u8; PeerInfo::LEN];
     stream.recv(&mut inb[..wire::DETECT_LEN]).await?;
     let first: &[u8; wire::DETECT_LEN] = inb[..wire::DETECT_LEN].try_into().expect("slice of DETECT_LEN bytes");
     let flavour = wire::detect(first);
     let msg_tag = random_tag();
-    let tags = match flavour {
+    let (tags, marked) = match flavour {
         Flavour::Ucxx => {
             let peer = UcxxPeerInfo::decode(first).map_err(wire_error)?;
             stream.send(&UcxxPeerInfo { msg_tag }.encode()).await?;
-            ucxx_tags(msg_tag, peer)
+            (ucxx_tags(msg_tag, peer), false)
         }
         Flavour::UcxPy => {
             stream.recv(&mut inb[wire::DETECT_LEN..]).await?;
             let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
-            let ctrl_tag = random_tag();
+            let ctrl_tag = our_ctrl_tag(msg_tag);
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
-            ucxpy_tags(msg_tag, ctrl_tag, peer)
+            (ucxpy_tags(msg_tag, ctrl_tag, peer), is_marked(peer.msg_tag, peer.ctrl_tag))
         }
     };
-    Ok((flavour, tags))
+    Ok((flavour, tags, marked))
 }
 
 fn wire_error(e: wire::WireError) -> Error {

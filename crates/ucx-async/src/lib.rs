@@ -9,6 +9,9 @@
 //!   ([`Worker::set_max_unclaimed_bytes`]); active messages the UCX-Py way (`am`: memory-type
 //!   header, per-endpoint queues, [`AmAllocator`] per memory type).
 //! - `liveness`: whether an endpoint is up, and the receives that fail promptly when it goes down.
+//! - `single_copy`: an endpoint's side of the same-host single-copy path (the hello exchange
+//!   after the handshake, large sends as descriptors, received descriptors read from the
+//!   sender's memory), with a peer that carried its mark.
 //! - `op`: the futures that await one ucx-core operation (borrowed or owned buffer).
 //! - [`try_join_posted`] (`posting`): several operations submitted before any is waited for;
 //!   `window`: a window of them in flight, taken back oldest first (the bounce-buffer pipeline).
@@ -36,6 +39,7 @@ pub mod multirail;
 mod op;
 mod posting;
 mod reactor;
+mod single_copy;
 mod window;
 mod worker;
 

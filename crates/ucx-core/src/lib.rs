@@ -27,7 +27,10 @@
 //!   write; with feature `cuda`, `cust` device buffers too. [`SendChunks`] / [`RecvChunks`]
 //!   (`chunks`): byte ranges of a buffer as buffers, for messages split into chunks.
 //! - [`wire`]: UCX-Py's and UCXX's wire formats (handshake, control message, AM header) as
-//!   pure encode/decode functions.
+//!   pure encode/decode functions, and ours.
+//! - [`single_copy`]: same-host single-copy transfers under peer error handling: this
+//!   process's hello, a verified peer whose memory it reads (`process_vm_readv`), the guard a
+//!   sender holds while a message may be read.
 //! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
 //!   of UCX's functions that `sys` (bindgen's declarations, rewritten by build.rs) calls through.
 //! - [`huge_pages`]: large host buffers advised onto transparent huge pages (cheaper for
@@ -73,6 +76,7 @@ mod owned;
 mod proc_maps;
 mod request;
 mod rma;
+pub mod single_copy;
 mod sockaddr;
 mod stream;
 pub mod stream_backlog;

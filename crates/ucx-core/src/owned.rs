@@ -19,7 +19,13 @@ pub struct Owned<B: Send + 'static> {
     result: Option<Result<Completion>>,
     /// Receives nobody waits for are canceled on drop; sends are left to finish.
     cancel_on_drop: bool,
+    /// Applied once to a successful completion, with the buffer, before anyone sees it
+    /// ([`Owned::then`]).
+    then: Option<Then<B>>,
 }
+
+/// What [`Owned::then`] applies to a successful completion.
+pub type Then<B> = Box<dyn FnOnce(&mut B, Completion) -> Result<Completion> + Send>;
 
 impl<B: Send + 'static> Owned<B> {
     /// Starts an operation on a buffer it owns: `submit` gets the buffer (at an address that
@@ -52,7 +58,30 @@ impl<B: Send + 'static> Owned<B> {
             Submitted::Done(c) => (None, Some(Ok(c))),
             Submitted::InFlight(r) => (Some(r), None),
         };
-        Ok(Owned { buffer: Some(raw), request, result, cancel_on_drop })
+        Ok(Owned { buffer: Some(raw), request, result, cancel_on_drop, then: None })
+    }
+
+    /// Has `f` turn the operation's successful completion into its result, with the buffer
+    /// in hand (UCX has let go of it by then): whoever polls the operation, whenever it
+    /// finishes (at once included), sees `f`'s result instead. A protocol that puts something
+    /// other than the message itself in the buffer (a single-copy descriptor) finishes the
+    /// receive here. `f` is not called for a failed or cancelled operation.
+    pub fn then(mut self, f: impl FnOnce(&mut B, Completion) -> Result<Completion> + Send + 'static) -> Self {
+        self.then = Some(Box::new(f));
+        if let Some(Ok(c)) = self.result.take() {
+            self.result = Some(self.apply_then(c));
+        }
+        self
+    }
+
+    /// Applies the [`Owned::then`] step, if any, to completion `c`.
+    fn apply_then(&mut self, c: Completion) -> Result<Completion> {
+        match (self.then.take(), self.buffer) {
+            // SAFETY: the operation has completed and its request is released (or never
+            // existed): UCX no longer touches the buffer, and nothing else holds it.
+            (Some(f), Some(b)) => f(unsafe { &mut *b.as_ptr() }, c),
+            _ => Ok(c),
+        }
     }
 
     /// Registers the waker and returns the result once UCX has finished.
@@ -64,6 +93,10 @@ impl<B: Send + 'static> Owned<B> {
         match req.poll_complete(cx) {
             Poll::Ready(r) => {
                 self.request = None; // completed: releasing it does not block
+                let r = match r {
+                    Ok(c) => self.apply_then(c),
+                    e => e,
+                };
                 self.result = Some(r.clone());
                 Poll::Ready(r)
             }

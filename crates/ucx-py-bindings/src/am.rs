@@ -131,7 +131,7 @@ impl AmQueues {
                 let expect = Expect { value: Some(obj), ..Expect::new(Name::Given("am_recv".into()), Some(len)) };
                 let queues = self.clone();
                 let sink = Sink::Route(Box::new(move |engine, py, outcome| queues.route(engine, py, handle, outcome)));
-                engine.track_with(py, owned, sink, expect);
+                engine.track_with(py, owned, sink, expect, None);
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::engine::{Engine, OpOwner};
 use crate::errors::{self, End, Kind};
 use crate::outcome::{Expect, Name};
 use crate::rma::RemoteKey;
+use crate::single_copy;
 use crate::submit::{self, Submission};
 use crate::sync::lock;
 
@@ -63,8 +64,13 @@ impl TagRecv<'_> {
         let nbytes = buf.len();
         let spin_us = submit::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
+        // On an endpoint with a single-copy link, what arrives may be a descriptor.
+        let link = self.ep.and_then(|e| Some((e.single_copy.get()?.clone(), lock(&e.ep).clone()?)));
         let op = Submission {
-            submitted: engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask),
+            submitted: engine
+                .unclaimed
+                .recv_owned(&engine.worker, buf, self.tag, self.mask)
+                .map(|o| single_copy::read_through(o, link)),
             expect: Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) },
             owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
         };
@@ -286,6 +292,27 @@ impl Endpoint {
         self.post_recv(py, recv, PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?, None)
     }
 
+    /// Starts the same-host single-copy path with a peer that carried its mark in the
+    /// handshake (`msg_recv`, `msg_send`: the endpoint's tags): the hello exchange runs
+    /// natively in the background; until it is done, messages go the ordinary way. Does
+    /// nothing where the path is turned off (`UCXA_SINGLE_COPY=0`) or already started.
+    fn start_single_copy(&self, py: Python<'_>, msg_recv: u64, msg_send: u64) -> PyResult<()> {
+        if !ucx_core::single_copy::enabled() || self.shared.single_copy.get().is_some() {
+            return Ok(());
+        }
+        let ep = self.open_ep(py)?;
+        let link = Arc::new(ucx_core::single_copy::Link::new(msg_recv, msg_send));
+        let _ = self.shared.single_copy.set(link.clone());
+        single_copy::start(&self.engine, py, self.owner(), &ep, &link)
+    }
+
+    /// `(sending, receiving, sent, received)`: whether this side's large host messages go by
+    /// single copy, whether it reads the peer's, and how many messages did each way.
+    fn single_copy(&self) -> (bool, bool, u64, u64) {
+        let c = self.shared.single_copy.get().map(|l| l.counts()).unwrap_or_default();
+        (c.sending, c.receiving, c.sent, c.received)
+    }
+
     /// Counts messages that wait on `tag` against this endpoint (`Endpoint` watches its own
     /// `msg_recv` and `ctrl_recv` tags; see `Worker.set_max_unclaimed_bytes`).
     fn watch_tag(&self, tag: u64) {
@@ -474,6 +501,17 @@ impl Endpoint {
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
         let spin_us = submit::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
+        let buf = match self.shared.single_copy.get().filter(|_| !how.fast) {
+            Some(link) => match single_copy::send(&self.engine, &ep, link, buf, tag) {
+                Ok(answer) => {
+                    let op =
+                        Submission { submitted: answer, expect: Expect::new(name, None), owner: Some(self.owner()) };
+                    return submit::track_spinning(&self.engine, py, op, on_done, spin_us);
+                }
+                Err(buf) => buf,
+            },
+            None => buf,
+        };
         let submitted = if how.fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
         let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
         submit::track_spinning(&self.engine, py, op, on_done, spin_us)

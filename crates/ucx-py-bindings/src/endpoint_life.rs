@@ -45,6 +45,9 @@ pub(crate) struct EpShared {
     /// Stream bytes that arrived before a stream receive asked for them (counted against the
     /// cap); stream receives read it first, under its lock.
     pub(crate) stream: Mutex<StreamBacklog>,
+    /// The same-host single-copy link, with a peer that carried its mark in the handshake
+    /// (`single_copy`).
+    pub(crate) single_copy: OnceLock<Arc<ucx_core::single_copy::Link>>,
 }
 
 impl EpShared {
@@ -84,6 +87,7 @@ impl EpShared {
             closed: AtomicBool::new(false),
             close_callback: Mutex::new(None),
             stream: Mutex::default(),
+            single_copy: OnceLock::new(),
         });
         let _ = me.set(Arc::downgrade(&shared));
         Ok(shared)

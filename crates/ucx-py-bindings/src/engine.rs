@@ -190,16 +190,18 @@ impl Engine {
     }
 
     /// Tracks an operation whose outcome goes to `sink` (no Python future is involved).
+    /// `owner`: the endpoint whose closing or failure ends it, if any.
     pub(crate) fn track_with<B: Send + 'static>(
         &self,
         py: Python<'_>,
         mut owned: Owned<B>,
         sink: Sink,
         expect: Expect,
+        owner: Option<Arc<dyn OpOwner>>,
     ) {
         match self.start(py, &mut owned, &expect) {
             (_, Some(out)) => sink.deliver(self, py, out, || None),
-            (id, None) => self.keep(py, id, owned, sink, expect, None),
+            (id, None) => self.keep(py, id, owned, sink, expect, owner),
         }
     }
 

@@ -16,8 +16,9 @@
 //!   when cancelled, or a `Request`), with the optional inline spin.
 //! - [`am`]: `AmQueues`, UCX-Py's active-message receiving, queued per sender endpoint.
 //! - [`endpoint_life`]: an endpoint's state shared with the engine and UCX's error callback:
-//!   peer failure, our close, the close callback. [`endpoint`]: `Endpoint` (tag, stream,
-//!   active-message and RMA operations, `close`).
+//!   peer failure, our close, the close callback. [`single_copy`]: an endpoint's side of the
+//!   same-host single-copy path (the hello exchange, descriptor sends, receives read through).
+//!   [`endpoint`]: `Endpoint` (tag, stream, active-message and RMA operations, `close`).
 //! - [`context`]: `Context`. [`rma`]: `MemoryHandle`, `RemoteKey`. [`listener`]: `Listener`
 //!   and `ConnRequest`. [`worker`]: `Worker` (progress and the blocking-mode pass, wakeup
 //!   fd, worker-wide receive and probe, flush, fence, endpoints and listeners).
@@ -51,6 +52,7 @@ mod outcome;
 mod request;
 mod rma;
 mod shared_window;
+mod single_copy;
 mod submit;
 mod sync;
 mod target;

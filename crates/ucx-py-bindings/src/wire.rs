@@ -107,7 +107,23 @@ pub(crate) fn multi_frame_decode(bytes: &[u8]) -> PyResult<(bool, Vec<(bool, u64
 }
 
 /// Registers this module's functions and sizes on the extension module.
+/// Our `ctrl_tag` for a UCX-Py handshake whose `msg_tag` is `msg_tag`: it carries the mark
+/// of the same-host single-copy path (`wire::single_copy`), or is `None` where the path is
+/// turned off (`UCXA_SINGLE_COPY=0`; the caller draws a random one then, as UCX-Py does).
+#[pyfunction]
+pub(crate) fn single_copy_ctrl_tag(msg_tag: u64) -> Option<u64> {
+    ucx_core::single_copy::enabled().then(|| wire::single_copy::marked_ctrl_tag(msg_tag))
+}
+
+/// Whether a peer's UCX-Py peer info carries the single-copy mark.
+#[pyfunction]
+pub(crate) fn single_copy_marked(msg_tag: u64, ctrl_tag: u64) -> bool {
+    wire::single_copy::is_marked(msg_tag, ctrl_tag)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(single_copy_marked, m)?)?;
     m.add_function(wrap_pyfunction!(peer_info_encode, m)?)?;
     m.add_function(wrap_pyfunction!(peer_info_decode, m)?)?;
     m.add_function(wrap_pyfunction!(peer_info_detect, m)?)?;

@@ -23,6 +23,7 @@
 //! | our `alltoallv`'s announcement of a part | 12 | `len: u64`, `batch: u32` (0: one message) | [`alltoallv`] |
 //! | our multi-rail hello and message header, and part tags | 18; varies | see the module | [`multirail`] |
 //! | our shared-memory window's entry, and a part's note | 20 + key; 9 | `address: u64`, `slot: u64`, key; `len: u64`, `where: u8` | [`shared_window`] |
+//! | our same-host single-copy path: the handshake's mark, hello, verdict, descriptor, answer | 8 (a tag); 48; 1; 64; 16 | see the module | [`single_copy`] |
 //!
 //! Tags are derived with [`hash64bits`], the Python helper
 //! `int(sha1(repr(args).encode()).hexdigest()[:16], 16)`, which is reproduced
@@ -44,6 +45,7 @@ pub mod multi_frame;
 pub mod multirail;
 pub mod obj_len;
 pub mod shared_window;
+pub mod single_copy;
 pub mod worker_address;
 
 pub use ctrl::CtrlMsg;

@@ -1,0 +1,141 @@
+//! The same-host single-copy path between two ucx-async endpoints over real UCX (peer error
+//! handling on, where UCX itself moves host data over TCP): it turns on after the handshake,
+//! large messages travel by it whole and in order beside small ones that do not, a receive
+//! too small for one fails as a truncation, and endpoints made from worker addresses (no
+//! handshake, no mark) never use it.
+use std::time::{Duration, Instant};
+
+use ucx_async::core::{Context, Status};
+use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
+
+fn context() -> Context {
+    Context::builder().option("NET_DEVICES", "lo").build().expect("context")
+}
+
+async fn pair() -> (Endpoint, Endpoint, Listener) {
+    let ctx = context();
+    let (ws, wc) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let listener = Listener::bind(&ws, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let (s, c) = tokio::join!(listener.accept(), Endpoint::connect(&wc, listener.local_addr()));
+    (s.unwrap(), c.unwrap(), listener)
+}
+
+/// Waits until both sides send and receive by single copy; panics after 10 s.
+async fn until_on(a: &Endpoint, b: &Endpoint) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (x, y) = (a.single_copy(), b.single_copy());
+        if x.sending && x.receiving && y.sending && y.receiving {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the single-copy path did not turn on: {x:?} {y:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_travel_by_single_copy_whole_and_in_order() {
+    let (server, client, _l) = pair().await;
+    until_on(&server, &client).await;
+    let min = ucx_async::core::single_copy::threshold();
+    let sizes = [0usize, 8, min - 1, min, 1 << 20, (16 << 20) + 3];
+    let srv = server.clone();
+    let echo = tokio::spawn(async move {
+        for &n in &sizes {
+            let mut buf = vec![0u8; n];
+            let got = srv.recv(&mut buf[..]).await.unwrap();
+            assert_eq!(got, n);
+            srv.send(&buf[..]).await.unwrap();
+        }
+    });
+    for (i, &n) in sizes.iter().enumerate() {
+        let data = pattern(n, i as u8);
+        client.send(&data[..]).await.unwrap();
+        let mut back = vec![0u8; n];
+        assert_eq!(client.recv(&mut back[..]).await.unwrap(), n);
+        assert!(back == data, "{n} bytes came back different");
+    }
+    echo.await.unwrap();
+    let large = sizes.iter().filter(|&&n| n >= min).count() as u64;
+    let (c, s) = (client.single_copy(), server.single_copy());
+    assert_eq!((c.sent, c.received, s.sent, s.received), (large, large, large, large), "{c:?} {s:?}");
+    // Owned buffers take the path too.
+    let data = pattern(1 << 20, 9);
+    let (sent, got) = tokio::join!(client.send_owned(data.clone()), server.recv_owned(vec![0u8; 1 << 20]));
+    assert_eq!(sent.unwrap(), data);
+    let (buf, n) = got.unwrap();
+    assert_eq!((n, buf == data), (1 << 20, true));
+    assert_eq!(client.single_copy().sent, large + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_too_small_for_a_single_copy_message_is_a_truncation() {
+    let (server, client, _l) = pair().await;
+    until_on(&server, &client).await;
+    let data = pattern(1 << 20, 1);
+    let mut small = vec![0u8; 1 << 19];
+    let (sent, got) = tokio::join!(client.send(&data[..]), server.recv(&mut small[..]));
+    sent.unwrap();
+    assert_eq!(got.unwrap_err().status(), Status::MessageTruncated);
+    // The endpoint goes on.
+    let mut whole = vec![0u8; 1 << 20];
+    let (sent, got) = tokio::join!(client.send(&data[..]), server.recv(&mut whole[..]));
+    sent.unwrap();
+    assert_eq!(got.unwrap(), 1 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_single_copy_send_never_delivers_freed_memory() {
+    let (server, client, _l) = pair().await;
+    until_on(&server, &client).await;
+    let n = 8 << 20;
+    // Sends dropped before their answers: each receive gets the whole message (read while
+    // the guard held) or fails saying the sender let go of it, never other bytes.
+    let mut outcomes = (0, 0);
+    for round in 0..6u8 {
+        let data = pattern(n, round);
+        let mut buf = vec![0u8; n];
+        let srv = server.clone();
+        let recv = tokio::spawn(async move {
+            let r = srv.recv(&mut buf[..]).await;
+            (r, buf)
+        });
+        let send = client.send(&data[..]);
+        let _ = tokio::time::timeout(Duration::from_micros(50 + 100 * u64::from(round)), send).await;
+        drop(data);
+        let (r, buf) = recv.await.unwrap();
+        match r {
+            Ok(got) => {
+                assert_eq!(got, n);
+                assert!(buf == pattern(n, round), "round {round}: a receive got other bytes than those sent");
+                outcomes.0 += 1;
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("let go of the message"), "round {round}: {e}");
+                outcomes.1 += 1;
+            }
+        }
+    }
+    eprintln!("whole: {}, refused: {}", outcomes.0, outcomes.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_address_endpoints_do_not_use_it() {
+    let ctx = context();
+    let (wa, wb) = (Worker::new(&ctx, ProgressMode::Event).unwrap(), Worker::new(&ctx, ProgressMode::Event).unwrap());
+    let tags = ucx_async::Tags { msg_send: 11, msg_recv: 12, ctrl_send: None, ctrl_recv: None };
+    let back = ucx_async::Tags { msg_send: 12, msg_recv: 11, ctrl_send: None, ctrl_recv: None };
+    let a = Endpoint::connect_to_worker(&wa, &wb.core().address().unwrap(), Some(tags)).unwrap();
+    let b = Endpoint::connect_to_worker(&wb, &wa.core().address().unwrap(), Some(back)).unwrap();
+    let data = pattern(1 << 20, 3);
+    let mut got = vec![0u8; 1 << 20];
+    let (s, r) = tokio::join!(a.send(&data[..]), b.recv(&mut got[..]));
+    s.unwrap();
+    r.unwrap();
+    assert!(got == data);
+    assert_eq!(a.single_copy(), Default::default());
+}
