@@ -85,10 +85,12 @@ fn protocols(ctx: &Context) -> Result<(), String> {
     heading("Protocols per message size");
     let on = doctor::probe_tag_send_protocols(ctx, true).map_err(|e| e.to_string())?;
     let off = doctor::probe_tag_send_protocols(ctx, false).map_err(|e| e.to_string())?;
+    let on_title = "peer error handling on";
+    let width = SIZES.iter().map(|&s| cell(&on, s).len()).chain([on_title.len()]).max().unwrap_or(0);
     println!("  {TAG_SEND_HOST}, two workers of this host:");
-    println!("  {:<8}  {:<52}  error handling off", "size", "peer error handling on");
+    println!("  {:<8}  {on_title:<width$}  error handling off", "size");
     for s in SIZES {
-        println!("  {:<8}  {:<52}  {}", size(s), cell(&on, s), cell(&off, s));
+        println!("  {:<8}  {:<width$}  {}", size(s), cell(&on, s), cell(&off, s));
     }
     Ok(())
 }

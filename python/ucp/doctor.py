@@ -137,14 +137,16 @@ def render(report):
             yield f"{mt:<12} {' '.join(tls) if tls else '(none: UCX reaches no ' + mt + ' memory here)'}"
 
     def protocols(v):
+        def cell(key, size):
+            row = v[key]["by_size"].get(str(size))
+            return f"{row['protocol']} [{row['transport']}]" if row else "(no row)"
+
+        on_title = "peer error handling on (ucp's default)"
+        width = max(len(on_title), *(len(cell("error_handling_on", s)) for s in v["sizes"]))
         yield f"{v['operation']}, two processes of this host:"
-        yield f"{'size':<8}  {'peer error handling on (ucp default)':<52}  error handling off"
+        yield f"{'size':<8}  {on_title:<{width}}  error handling off"
         for size in v["sizes"]:
-            cells = []
-            for key in ("error_handling_on", "error_handling_off"):
-                row = v[key]["by_size"].get(str(size))
-                cells.append(f"{row['protocol']} [{row['transport']}]" if row else "(no row)")
-            yield f"{_size(size):<8}  {cells[0]:<52}  {cells[1]}"
+            yield f"{_size(size):<8}  {cell('error_handling_on', size):<{width}}  {cell('error_handling_off', size)}"
 
     def defaults(v):
         for k, val in v["applied"].items():
