@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,3 +154,15 @@ def test_the_registration_ratio_default_is_recorded_as_the_others(tmp_path):
     assert out.stdout.split() == ["1.0", "{}"], out.stdout + out.stderr
     out = doctor(code=code, env={**env, "UCX_CUDA_COPY_MAX_REG_RATIO": "0.5"})
     assert out.stdout.strip() == "None {'UCX_CUDA_COPY_MAX_REG_RATIO': '0.5'}", out.stdout + out.stderr
+
+
+def test_a_self_test_whose_peer_fails_is_a_problem_named_at_once():
+    # The receiving process is `false`: it exits at once, and the report says so without
+    # waiting out the self-test's time limit.
+    code = "import sys; import ucp.doctor as d; sys.executable = '/bin/false'; sys.exit(d.main([]))"
+    start = time.monotonic()
+    out = doctor(code=code)
+    assert out.returncode == 1, out.stdout + out.stderr
+    problems = out.stdout.split("== PROBLEMS ==")[1]
+    assert "selftest: RuntimeError: the receiving process did not take the messages" in problems, out.stdout
+    assert time.monotonic() - start < 20, "the failure waited for the time limit"

@@ -59,12 +59,19 @@ async def _run(size, seconds):
         sys.executable, "-m", "ucp._doctor_selftest", "127.0.0.1", str(listener.port), str(size),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+    output = asyncio.ensure_future(child.communicate())
     try:
-        messages, elapsed, info = await asyncio.wait_for(done, seconds + _GRACE)
-        out, _ = await asyncio.wait_for(child.communicate(), _GRACE)
+        # The child failing (it could not connect, say) ends the wait too, with its output.
+        await asyncio.wait({done, output}, timeout=seconds + _GRACE, return_when=asyncio.FIRST_COMPLETED)
+        if not done.done():
+            why = output.result()[0].decode()[-500:] if output.done() else "no message within the time allowed"
+            raise RuntimeError(f"the receiving process did not take the messages: {why}")
+        messages, elapsed, info = done.result()
+        out, _ = await asyncio.wait_for(output, _GRACE)
         if child.returncode != 0:
             raise RuntimeError(f"the receiving process exited with {child.returncode}: {out.decode()[-500:]}")
     finally:
+        output.cancel()
         if child.returncode is None:
             child.kill()
             await child.wait()

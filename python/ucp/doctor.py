@@ -132,7 +132,7 @@ def render(report):
         yield f"second UCX   {'YES: ' + str(v['libraries']) if v['second_ucx'] else 'no'}"
 
     def transports(v):
-        for mt in sorted(set(v["memory_types"]) | {"host", "cuda"}):
+        for mt in ["host", "cuda"] + [t for t in v["memory_types"] if t not in ("host", "cuda")]:
             tls = v["by_memory_type"].get(mt)
             yield f"{mt:<12} {' '.join(tls) if tls else '(none: UCX reaches no ' + mt + ' memory here)'}"
 
