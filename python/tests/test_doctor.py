@@ -108,8 +108,10 @@ def test_ucx_that_cannot_be_loaded_exits_non_zero_saying_so(tmp_path):
 def test_set_default_records_whose_value_holds(monkeypatch):
     monkeypatch.setattr(ucp, "_defaults_applied", {})
     monkeypatch.setattr(ucp, "_user_set", {})
-    monkeypatch.delenv("UCX_DOCTOR_TEST_A", raising=False)
-    monkeypatch.delenv("UCX_DOCTOR_TEST_C", raising=False)
+    for name in ("UCX_DOCTOR_TEST_A", "UCX_DOCTOR_TEST_C"):
+        # Unset, in a way monkeypatch undoes: whatever _set_default sets is gone afterwards.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("UCX_DOCTOR_TEST_B", "mine")
     ucp._set_default("UCX_DOCTOR_TEST_A", "1")
     ucp._set_default("UCX_DOCTOR_TEST_B", "2")
@@ -118,7 +120,6 @@ def test_set_default_records_whose_value_holds(monkeypatch):
     assert "UCX_DOCTOR_TEST_C" not in os.environ
     assert ucp._defaults_applied == {"UCX_DOCTOR_TEST_A": "1"}
     assert ucp._user_set == {"UCX_DOCTOR_TEST_B": "mine"}
-    monkeypatch.delenv("UCX_DOCTOR_TEST_A")
 
 
 @pytest.mark.parametrize("scope, note", [(2, "CAP_SYS_PTRACE"), (3, "unavailable"), (0, None), (None, None)])
