@@ -6,6 +6,15 @@
 # run time: crates/ucx-core/src/library.rs). Then the same binary with UCX_DIR pointing at
 # nothing must fail with the error naming it, not with the dynamic loader's.
 #
+# Then the build with neither libclang nor UCX (ucx-core ships its UCX bindings): UCX_DIR
+# pointing at nothing (ucx-core's build script then looks nowhere else) and LIBCLANG_PATH at an
+# empty directory (bindgen's clang-sys then looks nowhere else). That must build, with no bindgen
+# in the crate's graph and no UCX directory noted in the binary, and the binary must run against
+# the libucx wheel found at run time through the active virtualenv. Two controls prove that this
+# environment hides each: a crate needing bindgen (ucx-core's feature `bindgen`) must fail to
+# build in it, once for the headers (UCX_DIR at nothing) and once for libclang (UCX_DIR at the
+# wheel, whose headers are there).
+#
 # Usage: scripts/fresh_crate.sh   (scripts/test.sh runs it; needs scripts/setup.sh's .venv)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,3 +65,49 @@ set -e
 grep -q "UCX_DIR=$TMP/no-ucx-here is set but holds no usable UCX library" <<<"$out" ||
     fail "UCX_DIR pointing at nothing: the error does not name it: $out"
 say "PASS UCX_DIR pointing at nothing: exit $rc, $(head -c 160 <<<"$out" | tr '\n' ' ')"
+
+# --- Built with neither libclang nor UCX headers -------------------------------------------
+WHEEL="$("$ROOT/.venv/bin/python" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
+[ -f "$WHEEL/include/ucp/api/ucp.h" ] ||
+    fail "the wheel at $WHEEL has no headers, so the libclang control below would not reach bindgen"
+mkdir -p "$TMP/no-libclang"
+bare_env=("${clean_env[@]}" "UCX_DIR=$TMP/no-ucx-here" "LIBCLANG_PATH=$TMP/no-libclang")
+say "cargo build of the same crate with UCX_DIR=<nothing> and LIBCLANG_PATH=<empty dir>"
+(cd "$TMP/hello" && "${bare_env[@]}" cargo build --quiet) || fail "the build without libclang and UCX headers"
+graph="$(cd "$TMP/hello" && "${bare_env[@]}" cargo tree --quiet -e normal,build --prefix none)"
+if grep -Eq '^(bindgen|clang-sys) ' <<<"$graph"; then
+    fail "the crate's dependency graph holds bindgen: $(grep -E '^(bindgen|clang-sys) ' <<<"$graph" | sort -u | paste -sd' ')"
+fi
+if grep -aqF "$WHEEL/lib" "$BIN"; then
+    fail "the binary names the wheel's UCX directory ($WHEEL/lib), which the build was not to find"
+fi
+out="$("${clean_env[@]}" VIRTUAL_ENV="$ROOT/.venv" "$BIN" 2>&1)" ||
+    fail "the binary built without UCX, run with the wheel's UCX: $out"
+say "PASS built with no UCX, no UCX headers and no libclang (no bindgen in its graph); ran against the wheel's UCX"
+
+# The controls: the same environment stops a build that needs bindgen.
+mkdir -p "$TMP/needs-bindgen/src"
+cat >"$TMP/needs-bindgen/Cargo.toml" <<EOF
+[package]
+name = "needs-bindgen"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+ucx-core = { path = "$ROOT/crates/ucx-core", features = ["bindgen"] }
+
+[workspace]
+EOF
+echo 'fn main() { println!("{:?}", ucx_core::version::HEADERS); }' >"$TMP/needs-bindgen/src/main.rs"
+cp "$ROOT/Cargo.lock" "$TMP/needs-bindgen/"
+control() { # $1: what it shows, $2: the error it must stop with, then the environment
+    local what="$1" want="$2" out
+    shift 2
+    if out="$(cd "$TMP/needs-bindgen" && "$@" cargo build --quiet 2>&1)"; then
+        fail "control ($what): a build that needs bindgen succeeded"
+    fi
+    grep -q "$want" <<<"$out" || fail "control ($what): it failed, but not with \"$want\": $(tail -c 600 <<<"$out")"
+    say "PASS control: $what (the build that needs bindgen stopped with \"$want\")"
+}
+control "the UCX headers are hidden" "UCX_DIR is set but unusable" "${bare_env[@]}"
+control "libclang is hidden" "Unable to find libclang" "${bare_env[@]}" "UCX_DIR=$WHEEL"

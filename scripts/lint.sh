@@ -2,9 +2,10 @@
 # Formatting, clippy with warnings as errors, a check build of the `cuda` feature (which
 # needs no GPU: see scripts/ci/cuda-check.sh), the MSRV check of the dependencies
 # (scripts/ci/msrv-deps.py), `cargo publish --dry-run` of ucx-core,
-# ucx-async and ucx-topology (packaged, then built from the packages), and their docs built as
+# ucx-async and ucx-topology (packaged, then built from the packages), their docs built as
 # docs.rs builds them, with no UCX (ucx-topology needs no hwloc to build: it opens it at run
-# time). Expects scripts/setup.sh to have run.
+# time), and the check of ucx-core's shipped bindings (scripts/ci/bindings-check.sh). Expects
+# scripts/setup.sh to have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,8 +29,11 @@ rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ucx-core-[0-9]* "${CARGO_HOM
     "$PUBLISH_TARGET"/debug/.fingerprint/ucx-core-* "$PUBLISH_TARGET"/debug/.fingerprint/ucx-async-* \
     "$PUBLISH_TARGET"/debug/build/ucx-core-* "$PUBLISH_TARGET"/debug/deps/*ucx_core* "$PUBLISH_TARGET"/debug/deps/*ucx_async*
 CARGO_TARGET_DIR="$PUBLISH_TARGET" cargo publish --dry-run --workspace --exclude ucx-py-bindings --allow-dirty --quiet
-# docs.rs has no UCX: DOCS_RS makes ucx-core's build script use the bindings in
-# crates/ucx-core/docs-rs/ and look for no UCX (UCX_DIR=/nonexistent would fail any search).
-# Its own target dir, since DOCS_RS changes ucx-core's build output.
-env -u VIRTUAL_ENV DOCS_RS=1 UCX_DIR=/nonexistent RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$ROOT/target/docs-rs" \
+# docs.rs has no UCX, and the build needs none (ucx-core ships its bindings): UCX_DIR pointing
+# at nothing keeps its build script from finding one. Its own target dir, since that changes
+# ucx-core's build output.
+env -u VIRTUAL_ENV UCX_DIR=/nonexistent RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR="$ROOT/target/docs-rs" \
     cargo doc -p ucx-core -p ucx-async -p ucx-topology --no-deps --quiet
+# The shipped UCX bindings are what feature `bindgen` generates from UCX 1.18's headers (needs
+# libclang, which the default build does not: the script installs it).
+bash scripts/ci/bindings-check.sh

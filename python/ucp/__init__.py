@@ -10,9 +10,30 @@ import os
 
 logger = logging.getLogger("ucx")
 
+#: The ``UCX_*`` defaults this import set, name -> value (``python -m ucp.doctor`` shows them).
+_defaults_applied = {}
+#: The variables ``ucp`` has a default for that the user had set before the import, name ->
+#: the user's value (kept).
+_user_set = {}
+
+
+def _set_default(name, value):
+    """Sets environment variable ``name`` to ``value`` unless the user has set it, and records
+    which of the two holds. ``value`` may be a function, called only where the variable is
+    unset, whose ``None`` means no default here."""
+    if name in os.environ:
+        _user_set[name] = os.environ[name]
+        return
+    if callable(value):
+        value = value()
+        if value is None:
+            return
+    os.environ[name] = value
+    _defaults_applied[name] = value
+
+
 # UCX-Py's import-time default, needed before UCX is loaded: the memory-type cache off.
-if "UCX_MEMTYPE_CACHE" not in os.environ:
-    os.environ["UCX_MEMTYPE_CACHE"] = "n"
+_set_default("UCX_MEMTYPE_CACHE", "n")
 
 try:
     import libucx
@@ -22,7 +43,15 @@ try:
 except ImportError:  # a system UCX, found by the dynamic loader
     pass
 
-from ._ucx_async import get_ucx_version as _native_ucx_version  # noqa: E402
+try:
+    from ._ucx_async import get_ucx_version as _native_ucx_version  # noqa: E402
+except ImportError as e:  # the extension links libucp: without a usable UCX it cannot load
+    if "libuc" not in str(e):
+        raise
+    raise ImportError(
+        f"ucp cannot load the UCX library ({e}). Install the libucx-cu12 wheel "
+        "(pip install libucx-cu12), or put a UCX >= 1.18 where the dynamic loader finds it."
+    ) from e
 
 __ucx_min_version__ = "1.18.0"
 __ucx_version__ = "%d.%d.%d" % _native_ucx_version()
@@ -49,18 +78,17 @@ except ImportError:
 logger = get_ucxpy_logger()
 
 # UCX-Py's remaining import-time defaults, each only where the user has not chosen.
-if "UCX_RNDV_THRESH" not in os.environ:
-    os.environ["UCX_RNDV_THRESH"] = "8192"
-if "UCX_RNDV_FRAG_MEM_TYPE" not in os.environ:
-    os.environ["UCX_RNDV_FRAG_MEM_TYPE"] = "cuda"
-if "UCX_MAX_RNDV_RAILS" not in os.environ:
-    os.environ["UCX_MAX_RNDV_RAILS"] = "1"
+_set_default("UCX_RNDV_THRESH", "8192")
+_set_default("UCX_RNDV_FRAG_MEM_TYPE", "cuda")
+_set_default("UCX_MAX_RNDV_RAILS", "1")
 # UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did. With it on, shared memory serves
 # endpoints with peer-failure handling (on one host: a third of the latency, 17-22x the
 # bandwidth at 1 MiB), but a peer killed while writing into a process's shared-memory queue
 # jams that queue for every other peer (docs/python.md, "Shared memory and dead peers").
-if pynvml is not None and "UCX_CUDA_COPY_MAX_REG_RATIO" not in os.environ:
-    # Registering all of a GPU's memory only works where BAR1 covers it on every GPU.
+
+
+def _full_registration_ratio():
+    """``"1.0"`` where BAR1 covers every GPU's memory: registering all of it only works there."""
     try:
         pynvml.nvmlInit()
         large_bar1 = True
@@ -74,7 +102,10 @@ if pynvml is not None and "UCX_CUDA_COPY_MAX_REG_RATIO" not in os.environ:
             total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
             bar1 = pynvml.nvmlDeviceGetBAR1MemoryInfo(handle).bar1Total
             large_bar1 &= total <= bar1
-        if large_bar1:
-            os.environ["UCX_CUDA_COPY_MAX_REG_RATIO"] = "1.0"
+        return "1.0" if large_bar1 else None
     except Exception:  # no driver, no GPU
-        pass
+        return None
+
+
+if pynvml is not None:
+    _set_default("UCX_CUDA_COPY_MAX_REG_RATIO", _full_registration_ratio)

@@ -2,8 +2,9 @@
 //! exit status 0, at once (no UCX context, no server process, no benchmark run), and `bench`
 //! runs a short benchmark start to end with its own server process, as
 //! `scripts/bench_vs_perftest.sh` runs it (and `multirail` its TEST mode, with its own peer;
-//! `alltoall --bare --window` a short sweep of the three kinds of call). Needs the examples built (`cargo test` builds
-//! them). `echo_cuda` is built only with the `cuda` feature.
+//! `alltoall --bare --window` a short sweep of the three kinds of call; `doctor` its report).
+//! Needs the examples built (`cargo test` builds them). `echo_cuda` is built only with the
+//! `cuda` feature.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,6 +51,35 @@ fn alltoall_answers_help() {
 #[test]
 fn multirail_answers_help() {
     assert_answers_help("multirail");
+}
+
+#[test]
+fn doctor_answers_help() {
+    assert_answers_help("doctor");
+}
+
+/// `doctor` against this machine's UCX: every section, the UCX it opened is mapped once, a
+/// protocol row per size in both error-handling columns, and a self-test that moved data.
+#[test]
+fn doctor_reports_every_section_and_a_self_test_that_moved_data() {
+    let stdout = run_example("doctor", &[]);
+    for heading in ["== UCX ==", "== Transports by memory type ==", "== Protocols per message size ==", "== System =="]
+    {
+        assert!(stdout.contains(heading), "{heading} missing:\n{stdout}");
+    }
+    assert!(!stdout.contains("PROBLEMS") && !stdout.contains("error:"), "{stdout}");
+    assert!(stdout.contains("second UCX   no"), "{stdout}");
+    let section = |name: &str| stdout.split(&format!("== {name} ==")).nth(1).unwrap_or_default().to_string();
+    let protocols = section("Protocols per message size");
+    for size in ["8 B ", "64 KiB ", "1 MiB ", "16 MiB "] {
+        let row = protocols.lines().find(|l| l.trim_start().starts_with(size)).unwrap_or_default();
+        assert_eq!(row.matches(" [").count(), 2, "a protocol [transport] per column for {size}:\n{stdout}");
+    }
+    // "... for 0.50 s: 1039 MB/s (a copy here: 29064 MB/s)"
+    let selftest = section("Self-test");
+    let rate = selftest.split(" s: ").nth(1).and_then(|r| r.split(" MB/s").next()).and_then(|r| r.parse::<f64>().ok());
+    assert!(rate.is_some_and(|r| r > 0.0), "no positive rate:\n{stdout}");
+    assert!(selftest.contains("went as "), "{stdout}");
 }
 
 /// The multi-rail CLI's TEST mode against the peer process it starts: every point's bytes

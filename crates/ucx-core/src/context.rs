@@ -5,7 +5,7 @@ use std::ops::BitOr;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::error::{Error, Result, Status};
+use crate::error::{check, Error, Result, Status};
 use crate::live::{self, Kind};
 use crate::{log, request, sys, text, version};
 
@@ -214,6 +214,28 @@ impl Context {
         })
     }
 
+    /// The memory types this context's transports reach (`ucp_context_query`), by UCX's names
+    /// (`host`, `cuda`, `cuda-managed`, `rocm`, ...): `cuda` only where a CUDA transport loaded.
+    pub fn memory_types(&self) -> Result<Vec<&'static str>> {
+        // SAFETY: ucp_context_attr_t is plain C data; zero means "no field asked for".
+        let mut attr: sys::ucp_context_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::UCP_ATTR_FIELD_MEMORY_TYPES as u64;
+        // SAFETY: the context is live; UCX writes only the fields asked for into `attr`.
+        check("ucp_context_query", unsafe { sys::ucp_context_query(self.inner.handle, &mut attr) })?;
+        Ok(MEMORY_TYPE_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(bit, _)| attr.memory_types & (1u64 << bit) != 0)
+            .map(|(_, name)| *name)
+            .collect())
+    }
+
+    /// The `transport/device` resources the context opened (`tcp/lo`, `sysv/memory`,
+    /// `cuda_copy/cuda`, ...), as [`Context::info`] lists them.
+    pub fn resources(&self) -> Vec<String> {
+        transport_resources(&self.info()).into_iter().map(str::to_string).collect()
+    }
+
     /// Why a connection to a listener found its peer unreachable, where this context is the
     /// cause: none of its transports can carry a client-server connection. UCX makes those
     /// over tcp or an InfiniBand/RoCE transport, not over shared memory or CUDA transports
@@ -252,6 +274,10 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context").field("handle", &self.inner.handle).field("features", &self.inner.features).finish()
     }
 }
+
+/// UCX's names of its memory types (`ucs_memory_type_names`), indexed by `ucs_memory_type_t`.
+const MEMORY_TYPE_NAMES: [&str; 9] =
+    ["host", "cuda", "cuda-managed", "rocm", "rocm-managed", "rdma", "ze-host", "ze-device", "ze-managed"];
 
 /// The `transport/device` names of the resources `ucp_context_print_info` lists
 /// (`#      resource 2  :  md 1  dev 2  flags -- tcp/lo`).

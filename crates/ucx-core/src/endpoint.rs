@@ -358,7 +358,7 @@ impl std::fmt::Debug for Endpoint {
 /// The transports named by the lanes of `ucp_ep_print_info` text: a data lane reads
 /// `lane[1]:  1:tcp/lo.0 md[1] ...` (resource index, then transport/device); a connection
 /// manager lane (`lane[0]: cm tcp`) moves no data and is skipped.
-fn lane_transports(info: &str) -> Vec<String> {
+pub(crate) fn lane_transports(info: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for line in info.lines() {
         let Some(rest) = line.trim_start_matches(['#', ' ']).strip_prefix("lane[") else { continue };

@@ -9,13 +9,14 @@
 //! 1. a libucp already loaded in the process (the Python extension links the `libucx` wheel's;
 //!    `import libucx` preloads it): one process never holds two UCX;
 //! 2. `$UCX_DIR/lib` and `$UCX_DIR/lib64` (when set, the only place looked in after 1);
-//! 3. the directory build.rs found UCX in ([`crate::version::BUILD_LIBDIR`]);
+//! 3. the directory build.rs found UCX in, if it found one ([`crate::version::BUILD_LIBDIR`]);
 //! 4. the system loader's search (`LD_LIBRARY_PATH`, `ld.so.cache`, the default directories);
 //! 5. the `libucx` wheel of the active Python environment (`$VIRTUAL_ENV`, `$CONDA_PREFIX`),
 //!    then of `python3` on `PATH`.
 //!
 //! A candidate also needs every function the bindings declare and a version the headers can
-//! work with (same major, minor no older than [`crate::version::MIN_SUPPORTED`]).
+//! work with (same major, minor no older than [`crate::version::MIN_SUPPORTED`]). The shipped
+//! bindings are UCX 1.18's (`sys`), so any UCX 1.x from 1.18 on serves them.
 //!
 //! Cost: a call reads the table's pointer (one atomic load, already initialised) and calls
 //! through it, as a linked call goes through the PLT; `benches/transfer.rs` (`ffi_call`)
@@ -116,7 +117,7 @@ fn search() -> std::result::Result<Loaded, String> {
     tried.push("  UCX_DIR: not set".into());
     let build = crate::version::BUILD_LIBDIR;
     match build.is_empty() {
-        true => tried.push("  the UCX found at build time: none (a documentation build)".into()),
+        true => tried.push("  the UCX found at build time: none was found".into()),
         false => candidates.push((
             format!("the UCX found at build time ({build})"),
             Path::new(build).join(SONAME).display().to_string(),
@@ -175,7 +176,7 @@ fn open(file: &str, flags: i32) -> std::result::Result<(sys::Api, String), Strin
     };
     // SAFETY: the symbols come from this libucp (and the libucs it depends on), kept loaded
     // for the rest of the process (the handle is never dropped); their prototypes are the
-    // headers' that bindgen read, and the version is checked next.
+    // headers' the bindings were generated from, and the version is checked next.
     let api = unsafe { sys::Api::resolve(&mut symbol) }.map_err(|missing| format!("{file} lacks {missing}"))?;
     let (mut major, mut minor, mut release) = (0, 0, 0);
     // SAFETY: ucp_get_version only writes the three integers.

@@ -1,6 +1,7 @@
 //! This process's memory mappings as `/proc/self/maps` lists them: which shared mapping holds a
-//! range of addresses. For the checks on memory a peer shares (`RemoteKey::local_ptr`'s bounds,
-//! `HugeSharedMapping`'s segment), which UCX does not make.
+//! range of addresses, for the checks on memory a peer shares (`RemoteKey::local_ptr`'s bounds,
+//! `HugeSharedMapping`'s segment), which UCX does not make; and which files are mapped, for
+//! `doctor`'s look for a second UCX.
 
 /// A shared mapping (permissions with `s`) of this process.
 pub(crate) struct SharedMapping<'a> {
@@ -38,4 +39,19 @@ pub(crate) fn shared_mapping_holding<T>(
         (inside && perms.as_bytes().get(3) == Some(&b's')).then_some(SharedMapping { lo, hi, from_start, inode, path })
     })?;
     found(mapping)
+}
+
+/// The files this process maps (the path field of `/proc/self/maps`, absolute paths only),
+/// each once, in address order; empty where /proc cannot be read.
+pub(crate) fn mapped_files() -> Vec<String> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
+    let mut files: Vec<String> = Vec::new();
+    for line in maps.lines() {
+        // range perms offset dev inode path: the path is what follows the fifth field.
+        let Some(path) = line.splitn(6, char::is_whitespace).nth(5).map(str::trim) else { continue };
+        if path.starts_with('/') && !files.iter().any(|f| f == path) {
+            files.push(path.to_string());
+        }
+    }
+    files
 }

@@ -29,7 +29,8 @@
 //!   `ucp.multirail`), [`collective_call`] (`ucp.collective`'s calls in one native
 //!   call), [`shared_window`] (`SharedWindowMemory`: `ucp.collective.SharedWindow`'s
 //!   window memory, the peers' windows mapped, the copies into them, views of its own),
-//!   [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`).
+//!   [`topology`] (`Topology`: device distances, `UCX_NET_DEVICES`), [`doctor`] (the UCX
+//!   half of `python -m ucp.doctor`).
 //!
 //! Everything Python-facing beyond these primitives (the handshake's flow, the close
 //! protocol's flow, `ucp.core`) is pure Python in `python/ucp`; the bytes are ucx-core's.
@@ -41,6 +42,7 @@ mod collective;
 mod collective_call;
 mod context;
 mod cuda_stream;
+mod doctor;
 mod endpoint;
 mod endpoint_life;
 mod engine;
@@ -121,5 +123,6 @@ fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<topology::Topology>()?;
     m.add("FULL_MASK", ucx_core::FULL_MASK)?;
     wire::register(m)?;
+    doctor::register(m)?;
     Ok(())
 }
