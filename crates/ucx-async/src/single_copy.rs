@@ -101,6 +101,51 @@ impl SingleCopy {
     }
 }
 
+/// What an owned single-copy send hands to the receive of its answer: the answer's room,
+/// then the guard, then the message's buffer. Dropping the send's future leaves all three with
+/// that receive (not cancelled) until the answer comes, so a dropped owned send still delivers
+/// its message, as an owned send over UCX's own protocols does; the guard is cleared before the
+/// buffer goes, whenever that is.
+pub(crate) struct OwnedSend<B> {
+    answer: [u8; Ack::LEN],
+    desc: ucx_core::wire::single_copy::Descriptor,
+    guard: Option<ucx_core::single_copy::Guard>,
+    data: Option<B>,
+}
+
+impl SingleCopy {
+    /// [`SingleCopy::send`] of a buffer the operation owns, returned once answered. `Err(buf)`:
+    /// no guard was free, send it the ordinary way.
+    pub(crate) async fn send_owned<B: SendBuffer + Send + 'static>(
+        &self,
+        worker: &Worker,
+        core: &ucx_core::Endpoint,
+        state: &EpState,
+        buf: B,
+        tag: u64,
+    ) -> std::result::Result<Result<B>, B> {
+        let Some((desc, guard, answer_tag)) = self.link.describe(buf.as_ptr(), buf.byte_len()) else { return Err(buf) };
+        let send = OwnedSend { answer: [0u8; Ack::LEN], desc, guard: Some(guard), data: Some(buf) };
+        let signals = &worker.inner.signals;
+        let sent = async {
+            let answer = Owned::submit(Box::new(send), false, |s| {
+                worker.core().tag_recv(&mut s.answer[..], answer_tag, FULL_MASK)
+            })?;
+            let mut answered = Watched::new(CompletesOwned::new(answer, signals, Load::NONE), state, None);
+            Completes::new(core.tag_send_fast(&desc.encode()[..], tag)?, signals).await?;
+            (&mut answered).await?;
+            let mut send = answered.fut.op.take().and_then(Owned::into_buffer).ok_or_else(|| Error::Protocol {
+                op: "Endpoint::send_owned",
+                detail: "a single-copy answer went missing".into(),
+            })?;
+            drop(send.guard.take());
+            self.link.answered(&send.desc, &send.answer)?;
+            send.data.take().ok_or_else(|| Error::Protocol { op: "Endpoint::send_owned", detail: "no buffer".into() })
+        };
+        Ok(sent.await)
+    }
+}
+
 /// A failed single-copy read as the receive's error: the endpoint's own if it went down
 /// meanwhile (the sender died mid-read), else the read's.
 pub(crate) fn read_error(state: &EpState, op: &'static str, e: ReadError) -> Error {

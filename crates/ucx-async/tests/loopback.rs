@@ -499,10 +499,12 @@ fn handles_are_send_and_sync() {
     check::<Listener>();
 }
 
-/// A peer on another thread streams 1 MiB eager messages without pause while this
-/// current-thread runtime receives them: every progress round finds work, yet the reactor
-/// must still yield, so this runtime's timers fire on time. Progressing "until a round finds
-/// nothing" held a receiver that had fallen behind for over a minute.
+/// A peer on another thread streams 1 MiB messages without pause while this current-thread
+/// runtime receives them (eager over TCP, then by same-host single copy once its hellos are
+/// through): every progress round finds work, yet the reactor must still yield, so this
+/// runtime's timers fire on time. Progressing "until a round finds nothing" held a receiver
+/// that had fallen behind for over a minute; receives read through by single copy, which
+/// never wait, held it 2 s until they yielded.
 async fn timers_fire_while_a_peer_streams(mode: ProgressMode) {
     const SIZE: usize = 1 << 20;
     let ctx = Context::builder().option("NET_DEVICES", "lo").option("RNDV_THRESH", "inf").build().unwrap();
