@@ -231,3 +231,25 @@ def test_off_everywhere_with_the_setting(fresh_ucp):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(False, False, 0, 0) False", out.stdout
+
+
+def test_a_cancelled_send_is_still_delivered(progress_mode):
+    """As a send UCX cannot withdraw goes on to completion, a single-copy send whose caller
+    cancels it still delivers its message whole (the buffer is kept until the answer)."""
+
+    async def main():
+        from conftest import pair
+
+        lf, client, server = await pair()
+        out = _data(4 << 20, 3)
+        send = asyncio.ensure_future(client.send(out))
+        await asyncio.sleep(0)
+        send.cancel()
+        del out  # the operation holds the buffer, not this frame
+        back = np.empty(4 << 20, dtype="u1")
+        await server.recv(back)
+        np.testing.assert_array_equal(back, _data(4 << 20, 3))
+        assert server.single_copy[3] == 1
+        lf.close()
+
+    run(main())

@@ -20,6 +20,15 @@ logger = logging.getLogger("ucx")
 __all__ = ["Endpoint", "EndpointClosedError"]
 
 
+# Receives of this many bytes or more may finish in the call, by single copy (see ``recv``).
+_SINGLE_COPY_MIN = _native.single_copy_threshold()
+
+
+def _nbytes(buffer):
+    n = getattr(buffer, "nbytes", None)
+    return n if n is not None else memoryview(buffer).nbytes
+
+
 # The earlier name of ``UCXEndpointClosed`` (kept for code that imported it).
 EndpointClosedError = UCXEndpointClosed
 
@@ -178,7 +187,15 @@ class Endpoint:
         message that arrived before the endpoint closed can still be received."""
         tag = self._tag("msg_recv", tag, force_tag)
         fut = self._post_recv(buffer, tag, inline_spin_us())
-        ret = True if fut is None else await self._await_recv(fut)
+        if fut is None:
+            ret = True
+            if _nbytes(buffer) >= _SINGLE_COPY_MIN:
+                # Finished in the call, maybe read through by single copy: a loop of such
+                # receives never waits, and would hold the event loop (its timers fired 0.5 s
+                # late under a stream of 1 MiB messages). Let the loop run once.
+                await asyncio.sleep(0)
+        else:
+            ret = await self._await_recv(fut)
         self._recv_finished()
         return ret
 

@@ -194,6 +194,11 @@ impl<T> Inflight<T> {
         std::mem::take(&mut *lock(&self.ops)).into_values().map(|e| e.data).collect()
     }
 
+    /// What `inspect` makes of operation `id`'s data; `None` if it is not in flight.
+    pub fn inspect<R>(&self, id: u64, inspect: impl FnOnce(&T) -> R) -> Option<R> {
+        lock(&self.ops).get(&id).map(|e| inspect(&e.data))
+    }
+
     /// Whether operation `id` is in flight.
     pub fn contains(&self, id: u64) -> bool {
         lock(&self.ops).contains_key(&id)

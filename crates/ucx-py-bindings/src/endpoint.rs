@@ -504,8 +504,10 @@ impl Endpoint {
         let buf = match self.shared.single_copy.get().filter(|_| !how.fast) {
             Some(link) => match single_copy::send(&self.engine, &ep, link, buf, tag) {
                 Ok(answer) => {
-                    let op =
-                        Submission { submitted: answer, expect: Expect::new(name, None), owner: Some(self.owner()) };
+                    // A cancel leaves it to the answer (the peer may be reading the message):
+                    // the message is delivered, as one UCX sent would be.
+                    let expect = Expect { survives_cancel: true, ..Expect::new(name, None) };
+                    let op = Submission { submitted: answer, expect, owner: Some(self.owner()) };
                     return submit::track_spinning(&self.engine, py, op, on_done, spin_us);
                 }
                 Err(buf) => buf,

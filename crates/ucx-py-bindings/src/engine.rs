@@ -210,8 +210,12 @@ impl Engine {
     /// message under way, a stream receive) or that finished before the cancel was seen has
     /// taken a message the caller will never see: its endpoint is closed so that the next
     /// receive fails clearly instead of silently getting the message after. A send UCX cannot
-    /// withdraw goes on to completion (the peer receives it).
+    /// withdraw goes on to completion (the peer receives it), and so does a single-copy send
+    /// (`Expect::survives_cancel`), which is not even asked to stop.
     pub(crate) fn canceled_by_caller(&self, py: Python<'_>, id: u64) {
+        if self.ops.inspect(id, |op| op.expect.survives_cancel) == Some(true) {
+            return; // left to finish; its outcome goes to a cancelled future, which drops it
+        }
         // Already finished: `finish` dealt with a message it received.
         let Some(receiving_on) = self.ops.cancel(id, |op| op.receiving_on().cloned()) else { return };
         // A withdrawn receive has completed (canceled) by now, and one that finished meanwhile

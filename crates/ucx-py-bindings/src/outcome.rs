@@ -47,13 +47,16 @@ pub(crate) struct Expect {
     /// Receives: `len` is the room, a shorter message is fine, and success resolves to the
     /// length received.
     pub(crate) up_to: bool,
+    /// The caller's cancel does not stop it: a single-copy send, whose message the peer may be
+    /// reading, goes on to its answer, as a send UCX cannot withdraw goes on to completion.
+    pub(crate) survives_cancel: bool,
 }
 
 impl Expect {
     /// An operation named `name` that succeeds with `True`, filling exactly `len` bytes if
     /// given.
     pub(crate) fn new(name: Name, len: Option<usize>) -> Expect {
-        Expect { len, name, stream_recv: false, value: None, up_to: false }
+        Expect { len, name, stream_recv: false, value: None, up_to: false, survives_cancel: false }
     }
 
     /// The outcome of a finished operation: its value, or the exception for its failure or

@@ -121,7 +121,14 @@ pub(crate) fn single_copy_marked(msg_tag: u64, ctrl_tag: u64) -> bool {
     wire::single_copy::is_marked(msg_tag, ctrl_tag)
 }
 
+/// The smallest message sent by same-host single copy (`UCXA_SINGLE_COPY_MIN`).
+#[pyfunction]
+pub(crate) fn single_copy_threshold() -> usize {
+    ucx_core::single_copy::threshold()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(single_copy_threshold, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_marked, m)?)?;
     m.add_function(wrap_pyfunction!(peer_info_encode, m)?)?;
