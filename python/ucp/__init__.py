@@ -55,6 +55,11 @@ if "UCX_RNDV_FRAG_MEM_TYPE" not in os.environ:
     os.environ["UCX_RNDV_FRAG_MEM_TYPE"] = "cuda"
 if "UCX_MAX_RNDV_RAILS" not in os.environ:
     os.environ["UCX_MAX_RNDV_RAILS"] = "1"
+# Non-blocking connects for UCX's tcp transport (ucx-core's LIBRARY_DEFAULTS too): a blocking
+# connect() runs inside progress and froze the event loop while connection attempts were
+# dropped (docs/configuration.md).
+if "UCX_TCP_CONN_NB" not in os.environ:
+    os.environ["UCX_TCP_CONN_NB"] = "y"
 # UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did. With it on, shared memory serves
 # endpoints with peer-failure handling (on one host: a third of the latency, 17-22x the
 # bandwidth at 1 MiB), but a peer killed while writing into a process's shared-memory queue

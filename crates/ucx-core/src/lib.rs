@@ -90,7 +90,7 @@ pub use am::{AmMessage, AmProto, AmSendOptions};
 pub use buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
 pub use chunks::{RecvChunks, SendChunks};
 pub use config::Config;
-pub use context::{Context, ContextBuilder, Features};
+pub use context::{Context, ContextBuilder, Features, LIBRARY_DEFAULTS};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};
 pub use error::{Error, Result, Status};
 pub use huge_shared::HugeSharedMapping;
