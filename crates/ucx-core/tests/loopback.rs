@@ -282,7 +282,10 @@ fn listener_binds_given_ipv4_and_ipv6_and_reports_port() {
     assert_eq!(local.unwrap().ip().to_string(), "127.0.0.1");
 
     let w = Worker::new(&ctx).unwrap();
-    let l6 = Listener::bind(&w, "[::1]:0".parse().unwrap(), |_| {}).unwrap();
+    // IPv6 needs a context whose tcp transport uses IPv6 (tests/address_family.rs).
+    let ctx6 = Context::builder().option("NET_DEVICES", "lo").option("TCP_AF_PRIO", "inet6,inet").build().unwrap();
+    let w6 = Worker::new(&ctx6).unwrap();
+    let l6 = Listener::bind(&w6, "[::1]:0".parse().unwrap(), |_| {}).unwrap();
     assert_eq!(l6.local_addr().ip().to_string(), "::1");
     assert_ne!(l6.local_addr().port(), 0);
     // The same port twice is refused, naming the address.
