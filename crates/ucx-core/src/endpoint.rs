@@ -239,16 +239,23 @@ impl Endpoint {
 
     /// The transports the endpoint's data lanes use (e.g. `["tcp"]`, `["posix", "cma"]`,
     /// `["rc_mlx5"]`), from [`Endpoint::info`], in lane order without repeats. Empty for a
-    /// closed endpoint, or one whose lanes are not wired up yet.
+    /// closed or failed endpoint, or one whose lanes are not wired up yet.
     pub fn transports(&self) -> Vec<String> {
         lane_transports(&self.info())
     }
 
-    /// UCX's description of the endpoint: its transports and lanes (`ucp_ep_print_info`).
+    /// UCX's description of the endpoint: its transports and lanes (`ucp_ep_print_info`); for a
+    /// failed endpoint only the failure, since UCX 1.22 reads past its table of transports
+    /// printing the lanes it put in place of a failed endpoint's (a crash after a refused
+    /// connect).
     pub fn info(&self) -> String {
         let Ok(h) = self.handle("ucp_ep_print_info") else { return String::from("(closed endpoint)") };
+        if let Err(e) = self.status() {
+            return format!("(failed endpoint: {})", e.status());
+        }
         text::capture(|file| {
-            // SAFETY: the endpoint is live and file is an open stream.
+            // SAFETY: the endpoint is live and, as far as its error callback has said, has not
+            // failed (see above); file is an open stream.
             unsafe { sys::ucp_ep_print_info(h, file) }
         })
     }

@@ -319,6 +319,21 @@ fn rejected_connection_fails_the_client() {
 }
 
 #[test]
+fn a_refused_endpoint_describes_itself_without_crashing() {
+    // UCX 1.22's ucp_ep_print_info read past its table of transports on the lanes that stand
+    // in for a failed endpoint's: after a connect to a closed port, about half the calls
+    // crashed the process.
+    let client = Worker::new(&context()).unwrap();
+    for _ in 0..10 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let ep = Endpoint::connect(&client, port, EndpointParams::default()).unwrap();
+        progress_until(&[&client], "the refused connect's failure", || ep.status().is_err());
+        assert!(ep.info().starts_with("(failed endpoint: "), "{}", ep.info());
+        assert!(ep.transports().is_empty());
+    }
+}
+
+#[test]
 fn peer_failure_reaches_error_callback_and_status() {
     let ctx = context();
     let p = connected_pair(&ctx);
