@@ -181,7 +181,22 @@ def test_reads_land_in_memory_that_earlier_reads_freed(fresh_ucp, fresh_host_poo
     assert dask_comm._host_pool.reused >= 3
 
 
-def test_client_server_twenty_clients(fresh_ucp):
+def _ipv6_loopback():
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", pytest.param("[::1]", marks=pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback"))],
+)
+def test_client_server_twenty_clients(fresh_ucp, host):
     async def main():
         async def handle(comm):
             while True:
@@ -191,14 +206,14 @@ def test_client_server_twenty_clients(fresh_ucp):
                     return
                 await comm.write({"echo": msg, "peer": comm.peer_address})
 
-        async with listen("ucxa://127.0.0.1:0", handle) as listener:
-            assert listener.listen_address.startswith("ucxa://127.0.0.1:")
+        async with listen(f"ucxa://{host}:0", handle) as listener:
+            assert listener.listen_address.startswith(f"ucxa://{host}:")
             assert listener.contact_address == listener.listen_address
 
             async def client(i):
                 comm = await connect(listener.contact_address)
                 assert comm.peer_address == listener.contact_address
-                assert comm.local_address.startswith("ucxa://127.0.0.1:")
+                assert comm.local_address.startswith(f"ucxa://{host}:")
                 payload = {"i": i, "data": np.arange(i * 1000, dtype="f8")}
                 await comm.write(payload)
                 reply = await comm.read()
