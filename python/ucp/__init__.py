@@ -35,7 +35,14 @@ from .core import *  # noqa: E402,F401,F403
 from .core import get_ucx_version  # noqa: E402,F401
 from .utils import get_ucxpy_logger  # noqa: E402,F401
 from ._libs.utils import get_address  # noqa: E402,F401
-from ._libs.exceptions import UCXCanceled, UCXCloseError, UCXEndpointClosed, UCXError, UCXPeerFailure  # noqa: E402,F401
+from ._libs.exceptions import (  # noqa: E402,F401
+    UCXCanceled,
+    UCXCloseError,
+    UCXConnectionRefused,
+    UCXEndpointClosed,
+    UCXError,
+    UCXPeerFailure,
+)
 from ._libs.arr import Array  # noqa: E402,F401
 from ._ucx_async import HostBuffer, HostPool  # noqa: E402,F401
 from ._version import __git_commit__, __version__  # noqa: E402,F401

@@ -10,7 +10,7 @@ from functools import partial
 
 from . import _ucx_async
 from ._libs import ucx_api
-from ._libs.exceptions import UCXBaseException, UCXError, UCXUnreachable
+from ._libs.exceptions import UCXBaseException, UCXConnectionRefused, UCXError, UCXUnreachable
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode
 from .ctrl_msg import CtrlMsg
 from .endpoint import Endpoint
@@ -168,8 +168,9 @@ class ApplicationContext:
         return Listener(self.worker.listen(handler, port, ip), self)
 
     async def create_endpoint(self, ip_address, port, endpoint_error_handling=True):
-        """Connects to a listener and does the handshake; returns an ``Endpoint``. An
-        unreachable address raises ``UCXUnreachable``, naming the address."""
+        """Connects to a listener and does the handshake; returns an ``Endpoint``. A connect
+        that no listener answers raises ``UCXConnectionRefused`` (or ``UCXUnreachable``),
+        naming the address."""
         self.continuous_ucx_progress()
         ip = await resolve(ip_address)
         ucx_ep = self.worker.connect(ip, port, endpoint_error_handling)
@@ -191,6 +192,11 @@ class ApplicationContext:
                 # why (UCX_TLS=sm, say), the error says so.
                 hint = self.worker.unreachable_listener_hint()
                 raise UCXUnreachable(f"{e} ({where}: {hint})" if hint else f"{e} ({where})") from e
+            if isinstance(e, UCXConnectionRefused):
+                raise UCXConnectionRefused(
+                    f"connecting to {where}: refused: nothing listens there, or its listener turned "
+                    f"the connection away ({e})"
+                ) from e.__cause__
             raise
         # Our last handshake send usually finishes inline, where UCX-Py's went through a
         # future: yield a few loop iterations so that a listener in this process can finish

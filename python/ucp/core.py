@@ -29,6 +29,7 @@ from ._libs.arr import Array  # noqa: F401  (re-exported, as before the split)
 from ._libs.exceptions import (  # noqa: F401  (re-exported)
     UCXBaseException,
     UCXCanceled,
+    UCXConnectionRefused,
     UCXEndpointClosed,
     UCXError,
     UCXPeerFailure,
@@ -250,7 +251,7 @@ def _warn_about_other_interfaces(ctx, ip):
 async def create_endpoint(ip_address, port, endpoint_error_handling=True):
     """Connects to the listener at ``ip_address`` (an IPv4 or IPv6 address, or a host name)
     and ``port``. An IPv6 address is served by a context whose tcp transport uses IPv6 (see
-    ``create_listener``)."""
+    ``create_listener``). Raises ``UCXConnectionRefused`` where no listener answered."""
     ip = await resolve(ip_address)
     ctx, _ = _ctx_for(ip)
     return await ctx.create_endpoint(ip, port, endpoint_error_handling=endpoint_error_handling)
