@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 PREFIX = "ucxnf-"
 _count = itertools.count()
@@ -75,6 +76,14 @@ def veth_pair(v4=("10.201.0.1", "10.201.0.2"), v6=("fd00:4e46::1", "fd00:4e46::2
             if v6:
                 run("ip", "-n", ns, "addr", "add", f"{v6[i]}/64", "dev", "eth1", "nodad")
             run("ip", "-n", ns, "link", "set", "eth1", "up")
+        # UCX uses an interface only once it runs (carrier on both ends); until then it finds
+        # the addresses unreachable.
+        deadline = time.monotonic() + 10
+        for ns in (a, b):
+            while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"eth1 never came up in {ns}")
+                time.sleep(0.02)
         yield a, b
 
 
