@@ -54,6 +54,18 @@ def fresh_ucp():
     reset()
 
 
+def has_ipv6_loopback():
+    """Whether this machine can bind ``::1`` (IPv6 may be off)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def run(coro, timeout=30):
     """Runs a coroutine to completion with a time limit (a hang fails, not blocks)."""
 

@@ -14,7 +14,7 @@ distributed = pytest.importorskip("distributed")
 from distributed.comm import CommClosedError, connect, listen  # noqa: E402
 from distributed.comm.registry import get_backend  # noqa: E402
 
-from conftest import posted, run  # noqa: E402
+from conftest import has_ipv6_loopback, posted, run  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -181,20 +181,9 @@ def test_reads_land_in_memory_that_earlier_reads_freed(fresh_ucp, fresh_host_poo
     assert dask_comm._host_pool.reused >= 3
 
 
-def _ipv6_loopback():
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1", pytest.param("[::1]", marks=pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback"))],
+    ["127.0.0.1", pytest.param("[::1]", marks=pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback"))],
 )
 def test_client_server_twenty_clients(fresh_ucp, host):
     async def main():

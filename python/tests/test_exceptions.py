@@ -166,12 +166,12 @@ def test_a_refused_connect_is_not_a_peer_failure():
     assert ucp.UCXConnectionRefused is UCXConnectionRefused
 
 
-def _closed_port(family=None):
-    """A TCP port on loopback that nothing listens on (bound, then let go)."""
+def _closed_port():
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then let go)."""
     import socket
 
-    with socket.socket(family or socket.AF_INET) as s:
-        s.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
@@ -197,11 +197,9 @@ def test_a_connect_to_a_closed_port_is_refused_naming_the_address(progress_mode)
 
 
 def test_an_ipv6_connect_to_a_listener_on_ipv4_only_is_refused(fresh_ucp):
-    import socket
+    from conftest import has_ipv6_loopback, run
 
-    from conftest import run
-
-    if not socket.has_ipv6 or not _ipv6_loopback():
+    if not has_ipv6_loopback():
         pytest.skip("no IPv6 loopback")
 
     async def main():
@@ -213,13 +211,3 @@ def test_an_ipv6_connect_to_a_listener_on_ipv4_only_is_refused(fresh_ucp):
             lf.close()
 
     run(main())
-
-
-def _ipv6_loopback():
-    import socket
-
-    try:
-        _closed_port(socket.AF_INET6)
-        return True
-    except OSError:
-        return False

@@ -9,19 +9,9 @@ import socket
 import pytest
 
 import ucp
-from conftest import run
+from conftest import has_ipv6_loopback, run
 
-
-def _ipv6_loopback():
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not socket.has_ipv6 or not _ipv6_loopback(), reason="no IPv6 loopback")
+pytestmark = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback")
 
 
 async def _echo_through(ip, connect_to=None, size=100_000):

@@ -59,8 +59,14 @@ fn unavailable() -> Option<String> {
     ns.run("nft", &["list", "tables"]).err().map(|e| format!("needs nft: {e}"))
 }
 
-macro_rules! skip_unless_netns {
+/// Where this run is a role started inside a namespace, plays it and returns from the test;
+/// where namespaces cannot be made here, says so and returns. The rest of the test is the
+/// parent's.
+macro_rules! parent_only {
     () => {
+        if dispatch_role() {
+            return;
+        }
         if let Some(why) = unavailable() {
             eprintln!("skipped: {why}");
             return;
@@ -104,13 +110,18 @@ fn role_env() -> Option<String> {
     std::env::var("UCXA_NETNS_ROLE").ok()
 }
 
+/// Runs `role` on a current-thread runtime (a blocked call stops everything) with a worker on
+/// a context made from the environment (the parent's `UCX_*`).
+fn play<F: std::future::Future<Output = ()>>(role: impl FnOnce(Worker) -> F) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ctx = Context::new().unwrap();
+    rt.block_on(async { role(Worker::new(&ctx, ProgressMode::Event).unwrap()).await });
+}
+
 /// The server role: listens on `UCXA_NETNS_BIND`, prints `PORT p`, echoes 8 bytes per client
 /// and runs until its stdin closes.
 fn server_role() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let ctx = Context::new().unwrap();
-        let w = Worker::new(&ctx, ProgressMode::Event).unwrap();
+    play(|w| async move {
         let bind: SocketAddr = std::env::var("UCXA_NETNS_BIND").unwrap().parse().unwrap();
         let listener = Listener::bind(&w, bind).unwrap();
         println!("PORT {}", listener.local_addr().port());
@@ -133,14 +144,11 @@ fn server_role() {
     });
 }
 
-/// The client role, on a current-thread runtime (a blocked call stops everything): connects
-/// to `UCXA_NETNS_CONNECT` up to twice while a task wakes every 10 ms, and prints
-/// `RESULT <first attempt's seconds> <first outcome>|<last outcome> <longest gap, seconds>`.
+/// The client role: connects to `UCXA_NETNS_CONNECT` up to twice while a task wakes every
+/// 10 ms, and prints `RESULT <first attempt's seconds> <first outcome>|<last outcome>
+/// <longest gap, seconds>`.
 fn client_role() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let ctx = Context::new().unwrap();
-        let w = Worker::new(&ctx, ProgressMode::Event).unwrap();
+    play(|w| async move {
         let to: SocketAddr = std::env::var("UCXA_NETNS_CONNECT").unwrap().parse().unwrap();
         let max_gap = std::sync::Arc::new(std::sync::Mutex::new(0f64));
         let g = max_gap.clone();
@@ -249,10 +257,7 @@ fn drop_stdin(child: &mut Child) {
 
 #[test]
 fn dropped_connection_attempts_do_not_block_the_runtime() {
-    if dispatch_role() {
-        return;
-    }
-    skip_unless_netns!();
+    parent_only!();
     let test = "dropped_connection_attempts_do_not_block_the_runtime";
     // ucx-core's default (TCP_CONN_NB=y): the handshake's 5 s limit fires on time, the runtime
     // never stalls, and the retry connects once the drop is over.
@@ -267,10 +272,7 @@ fn dropped_connection_attempts_do_not_block_the_runtime() {
 
 #[test]
 fn ipv6_over_a_unique_local_address_between_namespaces() {
-    if dispatch_role() {
-        return;
-    }
-    skip_unless_netns!();
+    parent_only!();
     let test = "ipv6_over_a_unique_local_address_between_namespaces";
     let (a, b) = (Netns::new().unwrap(), Netns::new().unwrap());
     ip(&["-n", &a.0, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", &b.0]).unwrap();

@@ -12,8 +12,14 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use ucx_core::*;
 
-fn has_ipv6_loopback() -> bool {
-    UdpSocket::bind("[::1]:0").is_ok()
+/// Returns from the test, saying so, where this machine has no IPv6 loopback.
+macro_rules! skip_without_ipv6 {
+    () => {
+        if UdpSocket::bind("[::1]:0").is_err() {
+            eprintln!("skipped: no IPv6 loopback");
+            return;
+        }
+    };
 }
 
 /// A context on `lo` whose tcp transport uses IPv6 there.
@@ -38,10 +44,7 @@ fn the_context_records_the_settings_it_was_made_with() {
 
 #[test]
 fn ipv6_connects_and_carries_data_on_an_ipv6_context() {
-    if !has_ipv6_loopback() {
-        eprintln!("skipped: no IPv6 loopback");
-        return;
-    }
+    skip_without_ipv6!();
     let p = connected_pair_at(&context_v6(), "[::1]:0".parse().unwrap());
     assert_eq!(p.listener.local_addr().ip().to_string(), "::1");
     let (local, remote) = p.client_ep.socket_addrs().unwrap();
@@ -56,44 +59,34 @@ fn ipv6_connects_and_carries_data_on_an_ipv6_context() {
     assert_eq!(buf, data);
 }
 
+/// On `ctx`, whose tcp transport uses the other family than `addr`'s: a listener at `addr` is
+/// refused, and so is a connect to one there (made on `other`, whose family matches).
+fn refused_both_ways(ctx: &Context, addr: &str, other: &Context) {
+    let w = Worker::new(ctx).unwrap();
+    let e = Listener::bind(&w, addr.parse().unwrap(), |_| {}).expect_err("the listener is refused");
+    assert_refused(&e, "bind");
+    let wo = Worker::new(other).unwrap();
+    let l = Listener::bind(&wo, addr.parse().unwrap(), |_| {}).unwrap();
+    let e = Endpoint::connect(&w, l.local_addr(), EndpointParams::default()).expect_err("the connect is refused");
+    assert_refused(&e, "connect");
+    assert!(e.to_string().contains(&l.local_addr().to_string()), "names the address: {e}");
+}
+
 #[test]
 fn ipv6_on_an_ipv4_context_is_refused_not_aborted() {
-    if !has_ipv6_loopback() {
-        eprintln!("skipped: no IPv6 loopback");
-        return;
-    }
-    let w = Worker::new(&context()).unwrap();
-    let e = Listener::bind(&w, "[::1]:0".parse().unwrap(), |_| {}).expect_err("an IPv6 listener is refused");
-    assert_refused(&e, "bind");
-    // A listener that exists (on the IPv6 context), connected to from the IPv4 one.
-    let w6 = Worker::new(&context_v6()).unwrap();
-    let l6 = Listener::bind(&w6, "[::1]:0".parse().unwrap(), |_| {}).unwrap();
-    let e = Endpoint::connect(&w, l6.local_addr(), EndpointParams::default()).expect_err("refused");
-    assert_refused(&e, "connect");
-    assert!(e.to_string().contains(&l6.local_addr().to_string()), "names the address: {e}");
+    skip_without_ipv6!();
+    refused_both_ways(&context(), "[::1]:0", &context_v6());
 }
 
 #[test]
 fn ipv4_on_an_ipv6_context_is_refused() {
-    let w6 = Worker::new(&context_v6()).unwrap();
-    if !has_ipv6_loopback() {
-        eprintln!("skipped: no IPv6 loopback");
-        return;
-    }
-    let e = Listener::bind(&w6, "127.0.0.1:0".parse().unwrap(), |_| {}).expect_err("refused");
-    assert_refused(&e, "bind");
-    let w = Worker::new(&context()).unwrap();
-    let l = Listener::bind(&w, "127.0.0.1:0".parse().unwrap(), |_| {}).unwrap();
-    let e = Endpoint::connect(&w6, l.local_addr(), EndpointParams::default()).expect_err("refused");
-    assert_refused(&e, "connect");
+    skip_without_ipv6!();
+    refused_both_ways(&context_v6(), "127.0.0.1:0", &context());
 }
 
 #[test]
 fn a_wildcard_listener_on_an_ipv4_context_refuses_an_ipv6_client_and_lives() {
-    if !has_ipv6_loopback() {
-        eprintln!("skipped: no IPv6 loopback");
-        return;
-    }
+    skip_without_ipv6!();
     // The server listens on every address (`[::]` also takes IPv6 clients) but its tcp
     // transport uses IPv4: accepting an IPv6 client is what corrupted the server's heap.
     let server = Worker::new(&context()).unwrap();
