@@ -26,12 +26,13 @@ def reset():
         from ucp.application import Listener
         from ucp.endpoint import Endpoint
 
-        ctx = ucp.core._ctx
+        contexts = [c for c in (ucp.core._ctx, ucp.core._other_ctx) if c is not None]
         for o in gc.get_objects():
-            if isinstance(o, Endpoint) and o._ctx is ctx:
+            if isinstance(o, Endpoint) and any(o._ctx is c for c in contexts):
                 o.abort()
-            elif isinstance(o, Listener) and o._ctx is ctx:
+            elif isinstance(o, Listener) and any(o._ctx is c for c in contexts):
                 o.close()
+        del contexts
         ucp.reset()
         raise
 
@@ -51,6 +52,18 @@ def fresh_ucp():
     reset()
     yield
     reset()
+
+
+def has_ipv6_loopback():
+    """Whether this machine can bind ``::1`` (IPv6 may be off)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
 
 
 def run(coro, timeout=30):

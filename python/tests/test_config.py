@@ -26,6 +26,17 @@ def test_import_sets_ucx_py_defaults_only_where_unset():
     assert out.stdout.split()[0] == "1234"
 
 
+def test_import_makes_connects_non_blocking_only_where_unset():
+    # UCX_TCP_CONN_NB=y: test_network_faults.py shows what a blocking connect does.
+    code = "import os, ucp; print(os.environ['UCX_TCP_CONN_NB'])"
+    env = {k: v for k, v in os.environ.items() if k != "UCX_TCP_CONN_NB"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "y"
+    env["UCX_TCP_CONN_NB"] = "n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "n"
+
+
 def test_init_twice_is_refused(fresh_ucp):
     ucp.init()
     with pytest.raises(RuntimeError, match="UCX is already initiated"):

@@ -14,7 +14,7 @@ distributed = pytest.importorskip("distributed")
 from distributed.comm import CommClosedError, connect, listen  # noqa: E402
 from distributed.comm.registry import get_backend  # noqa: E402
 
-from conftest import posted, run  # noqa: E402
+from conftest import has_ipv6_loopback, posted, run  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -181,7 +181,11 @@ def test_reads_land_in_memory_that_earlier_reads_freed(fresh_ucp, fresh_host_poo
     assert dask_comm._host_pool.reused >= 3
 
 
-def test_client_server_twenty_clients(fresh_ucp):
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", pytest.param("[::1]", marks=pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback"))],
+)
+def test_client_server_twenty_clients(fresh_ucp, host):
     async def main():
         async def handle(comm):
             while True:
@@ -191,14 +195,14 @@ def test_client_server_twenty_clients(fresh_ucp):
                     return
                 await comm.write({"echo": msg, "peer": comm.peer_address})
 
-        async with listen("ucxa://127.0.0.1:0", handle) as listener:
-            assert listener.listen_address.startswith("ucxa://127.0.0.1:")
+        async with listen(f"ucxa://{host}:0", handle) as listener:
+            assert listener.listen_address.startswith(f"ucxa://{host}:")
             assert listener.contact_address == listener.listen_address
 
             async def client(i):
                 comm = await connect(listener.contact_address)
                 assert comm.peer_address == listener.contact_address
-                assert comm.local_address.startswith("ucxa://127.0.0.1:")
+                assert comm.local_address.startswith(f"ucxa://{host}:")
                 payload = {"i": i, "data": np.arange(i * 1000, dtype="f8")}
                 await comm.write(payload)
                 reply = await comm.read()

@@ -14,6 +14,7 @@ from ucp.exceptions import (
     UCXCanceled,
     UCXCloseError,
     UCXConfigError,
+    UCXConnectionRefused,
     UCXConnectionReset,
     UCXEndpointClosed,
     UCXError,
@@ -83,7 +84,7 @@ def test_picklable():
 def test_reexported_from_libs():
     names = set(libs_exceptions.__all__)
     assert "log_errors" in names
-    assert len(names) == 13
+    assert len(names) == 14
     for name in names:
         assert getattr(exceptions, name) is getattr(libs_exceptions, name)
 
@@ -151,5 +152,62 @@ def test_a_connect_without_a_transport_for_listeners_says_why(fresh_ucp):
         assert "Destination is unreachable" in text, text
         assert "no transport for a connection to a listener" in text and "UCX_TLS=sm" in text, text
         assert f"127.0.0.1:{lf.port}" in text, text
+
+    run(main())
+
+
+def test_a_refused_connect_is_not_a_peer_failure():
+    # UCX reports a refused connect as a reset; UCX-Py raised UCXError or UCXConnectionReset.
+    assert UCXConnectionRefused.__bases__ == (UCXConnectionReset, UCXError)
+    assert not issubclass(UCXConnectionRefused, UCXPeerFailure)
+    assert not issubclass(UCXPeerFailure, UCXConnectionRefused)
+    e = pickle.loads(pickle.dumps(UCXConnectionRefused("why")))
+    assert type(e) is UCXConnectionRefused and e.args == ("why",)
+    assert ucp.UCXConnectionRefused is UCXConnectionRefused
+
+
+def _closed_port():
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then let go)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_connect_to_a_closed_port_is_refused_naming_the_address(progress_mode):
+    import asyncio
+    import time
+
+    from conftest import run
+
+    async def main():
+        for _ in range(3):
+            port = _closed_port()
+            t0 = time.monotonic()
+            with pytest.raises(UCXConnectionRefused) as info:
+                await ucp.create_endpoint("127.0.0.1", port)
+            assert time.monotonic() - t0 < 2, "refused at once, not at the handshake's timeout"
+            assert not isinstance(info.value, UCXPeerFailure)
+            assert f"127.0.0.1:{port}: refused" in str(info.value), info.value
+            assert isinstance(info.value.__cause__, UCXBaseException), "UCX's own report is kept"
+        await asyncio.sleep(0)
+
+    run(main())
+
+
+def test_an_ipv6_connect_to_a_listener_on_ipv4_only_is_refused(fresh_ucp):
+    from conftest import has_ipv6_loopback, run
+
+    if not has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback")
+
+    async def main():
+        lf = ucp.create_listener(lambda ep: None, ip="127.0.0.1")
+        try:
+            with pytest.raises(UCXConnectionRefused, match=rf"\[::1\]:{lf.port}: refused"):
+                await ucp.create_endpoint("::1", lf.port)
+        finally:
+            lf.close()
 
     run(main())

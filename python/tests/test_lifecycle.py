@@ -3,6 +3,7 @@ when the peer closes, listeners, and many clients on one listener."""
 import asyncio
 import logging
 import socket
+import warnings
 
 import pytest
 
@@ -118,10 +119,37 @@ def test_listener_reports_its_real_address_and_stops_on_close(fresh_ucp):
     run(main())
 
 
+def test_a_listener_given_an_address_after_init_warns_of_the_other_interfaces(fresh_ucp, monkeypatch):
+    # UCX's tcp transport listens on every device the context uses; made before the listener
+    # (here: on "eth9" too, as the interfaces of a machine), the context keeps them, and the
+    # warning says which and how to restrict them. test_network_faults.py checks the sockets.
+    monkeypatch.delenv("UCX_NET_DEVICES")  # conftest's lo: devices the user chose never warn
+    ucp.init()
+    monkeypatch.setattr(ucp.core, "tcp_devices", lambda ctx: ["eth9", "lo"])
+
+    async def main():
+        with pytest.warns(ucp.exceptions.UCXWarning, match=r"also listens on eth9 .* UCX_NET_DEVICES=lo"):
+            lf = ucp.create_listener(lambda ep: None, ip="127.0.0.1")
+        lf.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ucp.create_listener(lambda ep: None).close()  # every address: asked for
+
+    run(main())
+    ucp.reset()
+    ucp.init({"NET_DEVICES": "lo"})  # the user's choice (tcp_devices still says eth9): no warning
+
+    async def chosen():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ucp.create_listener(lambda ep: None, ip="127.0.0.1").close()
+
+    run(chosen())
+
+
 @pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6")
 def test_ipv6_listener_binds_the_given_address(fresh_ucp):
-    # Only binding: connecting over IPv6 corrupts the heap inside UCX 1.22's tcp transport
-    # (uct_tcp_ep_set_dest_addr), in C clients too; see docs/python.md.
+    # Connecting over IPv6, and IPv4 and IPv6 in one process: test_ipv6.py.
     async def main():
         lf = ucp.create_listener(lambda ep: None, ip="::1")
         assert lf.ip == "::1"

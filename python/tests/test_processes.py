@@ -228,9 +228,10 @@ def _hand_out_address_then_reset(q, done):
 
 @pytest.mark.parametrize("mm_error_handling", [None, "y"])
 def test_worker_address_of_a_closed_worker_is_unreachable(fresh_ucp, monkeypatch, mm_error_handling):
-    """An endpoint to a worker that was closed (its process lives on) fails with UCX-Py's
-    "Destination is unreachable", over TCP (the default) as over shared memory, where UCX says
-    "Shared memory error" (UCX_MM_ERROR_HANDLING=y, the opt-in)."""
+    """An endpoint to a worker that was closed (its process lives on) fails: at creation with
+    UCX-Py's "Destination is unreachable" where UCX finds out at once, or, over TCP with
+    non-blocking connects (UCX_TCP_CONN_NB=y, ucp's default), at its first operation, as the
+    peer's failure. Over shared memory (UCX_MM_ERROR_HANDLING=y, the opt-in) the same."""
     if mm_error_handling:
         monkeypatch.setenv("UCX_MM_ERROR_HANDLING", mm_error_handling)  # read by both processes' UCX
     spawn = multiprocessing.get_context("spawn")
@@ -241,8 +242,15 @@ def test_worker_address_of_a_closed_worker_is_unreachable(fresh_ucp, monkeypatch
         address = ucp.get_ucx_address_from_buffer(q.get(timeout=30))
 
         async def main():
-            with pytest.raises(ucp.exceptions.UCXError, match="Destination is unreachable"):
-                await ucp.create_endpoint_from_worker_address(address)
+            try:
+                ep = await ucp.create_endpoint_from_worker_address(address)
+            except ucp.exceptions.UCXError as e:
+                assert "Destination is unreachable" in str(e), e
+                return
+            # UCX learns of the refused connection in progress; the operation fails with it.
+            with pytest.raises(ucp.exceptions.UCXPeerFailure):
+                await asyncio.wait_for(ep.send(b"12345678", tag=1, force_tag=True), 10)
+            ep.abort()
 
         run(main())
     finally:

@@ -45,6 +45,7 @@ except ImportError:  # a system UCX, found by the dynamic loader
 
 try:
     from ._ucx_async import get_ucx_version as _native_ucx_version  # noqa: E402
+    from ._ucx_async import library_defaults as _native_library_defaults  # noqa: E402
 except ImportError as e:  # the extension links libucp: without a usable UCX it cannot load
     if "libuc" not in str(e):
         raise
@@ -64,7 +65,14 @@ from .core import *  # noqa: E402,F401,F403
 from .core import get_ucx_version  # noqa: E402,F401
 from .utils import get_ucxpy_logger  # noqa: E402,F401
 from ._libs.utils import get_address  # noqa: E402,F401
-from ._libs.exceptions import UCXCanceled, UCXCloseError, UCXEndpointClosed, UCXError, UCXPeerFailure  # noqa: E402,F401
+from ._libs.exceptions import (  # noqa: E402,F401
+    UCXCanceled,
+    UCXCloseError,
+    UCXConnectionRefused,
+    UCXEndpointClosed,
+    UCXError,
+    UCXPeerFailure,
+)
 from ._libs.arr import Array  # noqa: E402,F401
 from ._ucx_async import HostBuffer, HostPool  # noqa: E402,F401
 from ._version import __git_commit__, __version__  # noqa: E402,F401
@@ -81,6 +89,11 @@ logger = get_ucxpy_logger()
 _set_default("UCX_RNDV_THRESH", "8192")
 _set_default("UCX_RNDV_FRAG_MEM_TYPE", "cuda")
 _set_default("UCX_MAX_RNDV_RAILS", "1")
+# The library's own defaults, whose one home is ucx-core's LIBRARY_DEFAULTS (every context
+# ucx-core makes applies them too): set here as well, so that they show in the environment
+# for child processes and tools run with ucp's settings (docs/configuration.md says why each).
+for _name, _value in _native_library_defaults():
+    _set_default("UCX_" + _name, _value)
 # UCX_MM_ERROR_HANDLING is left to UCX (off), as UCX-Py did. With it on, shared memory serves
 # endpoints with peer-failure handling (on one host: a third of the latency, 17-22x the
 # bandwidth at 1 MiB), but a peer killed while writing into a process's shared-memory queue

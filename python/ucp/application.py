@@ -10,7 +10,7 @@ from functools import partial
 
 from . import _ucx_async
 from ._libs import ucx_api
-from ._libs.exceptions import UCXBaseException, UCXError, UCXUnreachable
+from ._libs.exceptions import UCXBaseException, UCXConnectionRefused, UCXError, UCXUnreachable
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode
 from .ctrl_msg import CtrlMsg
 from .endpoint import Endpoint
@@ -109,6 +109,10 @@ class ApplicationContext:
         self.progress_tasks = []
         max_unclaimed = _max_unclaimed_bytes(os.environ.get("UCXPY_MAX_UNCLAIMED_BYTES"))
         self.context = _context if _context is not None else _ucx_async.Context(dict(config_dict))
+        # The address family UCX's tcp transport uses (UCX_TCP_AF_PRIO's first): it carries
+        # connections of that family only (``ucp.core`` keeps a context per family).
+        af_prio = dict(config_dict).get("TCP_AF_PRIO") or os.environ.get("UCX_TCP_AF_PRIO") or "inet,inet6"
+        self.tcp_family = socket.AF_INET6 if af_prio.split(",")[0].strip().lower() == "inet6" else socket.AF_INET
         self.worker = _ucx_async.Worker(self.context)
         if max_unclaimed is not _DEFAULT:
             self.worker.set_max_unclaimed_bytes(max_unclaimed)
@@ -164,9 +168,11 @@ class ApplicationContext:
         return Listener(self.worker.listen(handler, port, ip), self)
 
     async def create_endpoint(self, ip_address, port, endpoint_error_handling=True):
-        """Connects to a listener and does the handshake; returns an ``Endpoint``."""
+        """Connects to a listener and does the handshake; returns an ``Endpoint``. A connect
+        that no listener answers raises ``UCXConnectionRefused`` (or ``UCXUnreachable``),
+        naming the address."""
         self.continuous_ucx_progress()
-        ip = _resolve(ip_address)
+        ip = await resolve(ip_address)
         ucx_ep = self.worker.connect(ip, port, endpoint_error_handling)
         # Progress once at once: many simultaneous connects otherwise stall (UCX-Py PR #504).
         self.worker.progress()
@@ -180,11 +186,17 @@ class ApplicationContext:
                 ucx_ep.close()
             except UCXBaseException:  # the connection failed; the handshake error is the news
                 pass
-            # UCX says only "Destination is unreachable"; where this side's transports are why
-            # (UCX_TLS=sm, say), the error says so.
-            hint = self.worker.unreachable_listener_hint() if isinstance(e, UCXUnreachable) else None
-            if hint:
-                raise UCXUnreachable(f"{e} ({ip}:{port}: {hint})") from e
+            where = host_port(ip, port)
+            if isinstance(e, UCXUnreachable):
+                # UCX says only "Destination is unreachable"; where this side's transports are
+                # why (UCX_TLS=sm, say), the error says so.
+                hint = self.worker.unreachable_listener_hint()
+                raise UCXUnreachable(f"{e} ({where}: {hint})" if hint else f"{e} ({where})") from e
+            if isinstance(e, UCXConnectionRefused):
+                raise UCXConnectionRefused(
+                    f"connecting to {where}: refused: nothing listens there, or its listener turned "
+                    f"the connection away ({e})"
+                ) from e.__cause__
             raise
         # Our last handshake send usually finishes inline, where UCX-Py's went through a
         # future: yield a few loop iterations so that a listener in this process can finish
@@ -268,21 +280,33 @@ def _stop_progress(progress_tasks, worker):
     worker.cancel_all()
 
 
-def _resolve(host):
-    """An IP address for ``host`` (IPv4 preferred, as UCX-Py's ``gethostbyname``)."""
-    try:
-        socket.inet_pton(socket.AF_INET, host)
-        return host
-    except OSError:
-        pass
-    try:
-        socket.inet_pton(socket.AF_INET6, host)
-        return host
-    except OSError:
-        pass
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+async def resolve(host):
+    """An IP address for ``host`` (IPv4 preferred, as UCX-Py's ``gethostbyname``). A host name
+    is looked up off the event loop (``loop.getaddrinfo``), which a slow resolver would block."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+            return host
+        except OSError:
+            pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
     infos.sort(key=lambda i: i[0] != socket.AF_INET)
     return infos[0][4][0]
+
+
+def host_port(ip, port):
+    """``ip:port``, with an IPv6 address in brackets."""
+    return f"[{ip}]:{port}" if ":" in str(ip) else f"{ip}:{port}"
+
+
+def tcp_devices(ctx):
+    """The network devices UCX's tcp transport uses in ``ctx`` (and listens on, each on a
+    port of its own), e.g. ``["eth0", "lo"]``."""
+    devices = []
+    for line in ctx.ucp_context_info().splitlines():
+        if "resource" in line and "-- tcp/" in line:
+            devices.append(line.rsplit("-- tcp/", 1)[1].strip())
+    return devices
 
 
 # How often a listener looks for connections that make UCX's connection manager spin.

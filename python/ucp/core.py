@@ -14,9 +14,12 @@ The wire bytes are ucx-core's (through the extension); docs/python.md, "Wire pro
 """
 import asyncio
 import gc
+import ipaddress
 import logging
 import os
 import re
+import socket
+import warnings
 import weakref
 from functools import partial  # noqa: F401  (UCX-Py's namespace had it)
 
@@ -26,11 +29,13 @@ from ._libs.arr import Array  # noqa: F401  (re-exported, as before the split)
 from ._libs.exceptions import (  # noqa: F401  (re-exported)
     UCXBaseException,
     UCXCanceled,
+    UCXConnectionRefused,
     UCXEndpointClosed,
     UCXError,
     UCXPeerFailure,
+    UCXWarning,
 )
-from .application import ApplicationContext, Listener
+from .application import ApplicationContext, Listener, resolve, tcp_devices
 from .continuous_ucx_progress import BlockingMode, NonBlockingMode, others_ready, spin_us  # noqa: F401
 from .ctrl_msg import CtrlMsg  # noqa: F401
 from .endpoint import Endpoint, EndpointClosedError  # noqa: F401
@@ -43,6 +48,15 @@ logger = logging.getLogger("ucx")
 
 # The global application context, created by the first API call that needs it.
 _ctx = None
+# A second context, for listeners and endpoints of the address family (IPv4 or IPv6) that
+# ``_ctx``'s tcp transport does not carry: UCX's tcp transport uses one family per device
+# (UCX_TCP_AF_PRIO), and UCX 1.22 corrupts the heap on a connection of the other family (ucx-core
+# refuses it). Made by the first listener or endpoint of that family, with init()'s arguments.
+_other_ctx = None
+# init()'s arguments, for the contexts made after it.
+_init_args = {}
+
+_AF_PRIO = {socket.AF_INET: "inet,inet6", socket.AF_INET6: "inet6,inet"}
 
 
 def initialized():
@@ -50,17 +64,72 @@ def initialized():
     return _ctx is not None
 
 
+def _contexts():
+    return [c for c in (_ctx, _other_ctx) if c is not None]
+
+
+def _family(ip):
+    """``socket.AF_INET6`` for an IPv6 address (``::`` too), else ``socket.AF_INET``."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
+    except (TypeError, ValueError):  # None (every IPv4 address), "", a host name
+        return socket.AF_INET
+
+
+def _af_prio_chosen(args=None):
+    options = (_init_args if args is None else args).get("options", {})
+    return "TCP_AF_PRIO" in options or "UCX_TCP_AF_PRIO" in os.environ
+
+
+def _new_ctx(family=socket.AF_INET, listener_ip=None, args=None):
+    """A context with init()'s arguments (or ``args``) whose tcp transport carries ``family``
+    (unless the user chose ``TCP_AF_PRIO``). A listener's ``ip`` limits UCX's devices to the
+    interface that owns it, unless the user chose them: UCX's tcp transport listens on every
+    device it uses."""
+    args = _init_args if args is None else args
+    options = dict(args.get("options", {}))
+    if not _af_prio_chosen(args) and family != socket.AF_INET:
+        options["TCP_AF_PRIO"] = _AF_PRIO[family]
+    if listener_ip and "NET_DEVICES" not in options and "UCX_NET_DEVICES" not in os.environ:
+        device = interface_of(listener_ip)
+        if device is not None:
+            logger.debug("create_listener(ip=%s): UCX_NET_DEVICES=%s", listener_ip, device)
+            options["NET_DEVICES"] = device
+    return ApplicationContext(
+        options,
+        blocking_progress_mode=args.get("blocking_progress_mode"),
+        connect_timeout=args.get("connect_timeout"),
+    )
+
+
 def _get_ctx():
     global _ctx
     if _ctx is None:
-        _ctx = ApplicationContext()
+        _ctx = _new_ctx()
     return _ctx
+
+
+def _ctx_for(ip, listener=False):
+    """The context for a listener on, or an endpoint to, ``ip``, and whether this call made
+    it: the global one if its tcp transport carries ``ip``'s family (or the user chose that
+    family with ``TCP_AF_PRIO``: a mismatch is then refused by name), else the other."""
+    global _ctx, _other_ctx
+    family = _family(ip)
+    if _ctx is None:
+        _ctx = _new_ctx(family, ip if listener else None)
+        return _ctx, True
+    if _ctx.tcp_family == family or _af_prio_chosen():
+        return _ctx, False
+    if _other_ctx is None:
+        _other_ctx = _new_ctx(family, ip if listener else None)
+        return _other_ctx, True
+    return _other_ctx, False
 
 
 def init(options={}, env_takes_precedence=False, blocking_progress_mode=None, connect_timeout=None):
     """Initialises UCX with ``options`` (names without ``UCX_``). Raises ``RuntimeError`` if
     already initialised (call ``reset()`` first)."""
-    global _ctx
+    global _ctx, _init_args
     if _ctx is not None:
         raise RuntimeError(
             "UCX is already initiated. Call reset() and init() in order to re-initate UCX with new options."
@@ -75,30 +144,39 @@ def init(options={}, env_takes_precedence=False, blocking_progress_mode=None, co
                 logger.debug(f"Ignoring option {k}={v}; using environment {env_k}={env_v}")
             else:
                 logger.debug(f"Ignoring environment {env_k}={env_v}; using option {k}={v}")
-    _ctx = ApplicationContext(
-        options, blocking_progress_mode=blocking_progress_mode, connect_timeout=connect_timeout
-    )
+    args = {"options": options, "blocking_progress_mode": blocking_progress_mode, "connect_timeout": connect_timeout}
+    _ctx = _new_ctx(args=args)
+    _init_args = args
 
 
 def reset():
-    """Drops the global context. Raises ``UCXError`` if endpoints or listeners still use it."""
-    global _ctx
-    if _ctx is not None:
-        weakref_ctx = weakref.ref(_ctx)
-        _ctx = None
-        gc.collect()
-        if weakref_ctx() is not None:
-            msg = (
-                "Trying to reset UCX but not all Endpoints and/or Listeners "
-                "are closed(). The following objects are still referencing "
-                "ApplicationContext: "
-            )
-            for o in gc.get_referrers(weakref_ctx()):
+    """Drops the global context (and the one for the other address family). Raises
+    ``UCXError`` if endpoints or listeners still use them."""
+    global _ctx, _other_ctx, _init_args
+    refs = [weakref.ref(c) if c is not None else None for c in (_ctx, _other_ctx)]
+    if refs == [None, None]:
+        return
+    _ctx = _other_ctx = None
+    gc.collect()
+    alive = [r() for r in refs if r is not None and r() is not None]
+    if alive:
+        msg = (
+            "Trying to reset UCX but not all Endpoints and/or Listeners "
+            "are closed(). The following objects are still referencing "
+            "ApplicationContext: "
+        )
+        for ctx in alive:
+            for o in gc.get_referrers(ctx):
                 msg += "\n  %s" % str(o)
-            # Unlike UCX-Py, a failed reset leaves the context in place: dropping it would
-            # make the next call silently build a second UCX context beside the live one.
-            _ctx = weakref_ctx()
-            raise UCXError(msg)
+        del ctx, alive
+        # Unlike UCX-Py, a failed reset leaves the live contexts in place: dropping them would
+        # make the next call silently build a second UCX context beside the live one. (One
+        # nothing used is gone; the other, if alive, becomes the global one.)
+        _ctx, _other_ctx = (r() if r is not None else None for r in refs)
+        if _ctx is None:
+            _ctx, _other_ctx = _other_ctx, None
+        raise UCXError(msg)
+    _init_args = {}
 
 
 def get_ucx_version():
@@ -109,6 +187,8 @@ def get_ucx_version():
 def progress():
     """Progresses the worker once (not needed with the automatic progress drivers)."""
     _get_ctx().worker.progress()
+    if _other_ctx is not None:
+        _other_ctx.worker.progress()
 
 
 def get_config():
@@ -124,19 +204,20 @@ def register_am_allocator(allocator, allocator_type):
 
 
 def create_listener(callback_func, port=None, endpoint_error_handling=True, ip=None, wire_protocol=None):
-    """A listener on ``port`` (any free port if None) of ``ip`` (every IPv4 address if None).
+    """A listener on ``port`` (any free port if None) of ``ip`` (every IPv4 address if None;
+    ``"::"`` for every IPv6 address, which takes IPv6 clients only).
 
-    When ``ip`` names one address and this call creates the global context, UCX's network
-    transports are limited to the interface that owns it (``NET_DEVICES``), unless
-    ``UCX_NET_DEVICES`` is set: otherwise UCX's tcp transport would also listen on every other
-    interface. A context created earlier (``init()``, an endpoint) keeps its devices."""
-    global _ctx
-    if _ctx is None and ip and "UCX_NET_DEVICES" not in os.environ:
-        device = interface_of(ip)
-        if device is not None:
-            logger.debug("create_listener(ip=%s): UCX_NET_DEVICES=%s", ip, device)
-            _ctx = ApplicationContext({"NET_DEVICES": device})
-    return _get_ctx().create_listener(
+    When ``ip`` names one address and this call creates the context, UCX's network transports
+    are limited to the interface that owns it (``NET_DEVICES``), unless ``UCX_NET_DEVICES`` is
+    set: otherwise UCX's tcp transport would also listen on every other interface, each on a
+    port of its own. A context created earlier (``init()``, an endpoint) keeps its devices, and
+    a ``UCXWarning`` says which other interfaces it exposes and how to restrict them.
+    An IPv6 address gets a context whose tcp transport uses IPv6 (``TCP_AF_PRIO=inet6,inet``)
+    unless ``UCX_TCP_AF_PRIO`` or ``init(options)`` chose one."""
+    ctx, made = _ctx_for(ip, listener=True)
+    if not made:
+        _warn_about_other_interfaces(ctx, ip)
+    return ctx.create_listener(
         callback_func,
         port,
         endpoint_error_handling=endpoint_error_handling,
@@ -145,8 +226,35 @@ def create_listener(callback_func, port=None, endpoint_error_handling=True, ip=N
     )
 
 
+def _warn_about_other_interfaces(ctx, ip):
+    """Warns where ``ctx``'s tcp transport listens beyond the interface that owns ``ip``, unless
+    the user chose UCX's devices (``UCX_NET_DEVICES``, ``init``'s ``NET_DEVICES``)."""
+    device = interface_of(ip) if ip else None
+    if device is None:  # every address, a host name, or no interface owns it: nothing to narrow
+        return
+    if ctx.get_config().get("NET_DEVICES", "all") != "all":  # the user's choice
+        return
+    others = [d for d in tcp_devices(ctx) if d != device]
+    if others:
+        warnings.warn(
+            f"create_listener(ip={ip!r}): UCX was initialised before this call for every interface, "
+            f"so UCX's tcp transport also listens on {', '.join(others)} (a port of its own on each, "
+            f"which takes connections from anyone who reaches it), not only on {device}. To expose "
+            f"only {device}: set UCX_NET_DEVICES={device} before UCX is initialised, or call "
+            f"ucp.init({{'NET_DEVICES': '{device}'}}), or create the listener with ip=... before "
+            f"anything else initialises UCX.",
+            UCXWarning,
+            stacklevel=3,
+        )
+
+
 async def create_endpoint(ip_address, port, endpoint_error_handling=True):
-    return await _get_ctx().create_endpoint(ip_address, port, endpoint_error_handling=endpoint_error_handling)
+    """Connects to the listener at ``ip_address`` (an IPv4 or IPv6 address, or a host name)
+    and ``port``. An IPv6 address is served by a context whose tcp transport uses IPv6 (see
+    ``create_listener``). Raises ``UCXConnectionRefused`` where no listener answered."""
+    ip = await resolve(ip_address)
+    ctx, _ = _ctx_for(ip)
+    return await ctx.create_endpoint(ip, port, endpoint_error_handling=endpoint_error_handling)
 
 
 async def create_endpoint_from_worker_address(address, endpoint_error_handling=True):
@@ -191,11 +299,12 @@ def get_active_transports():
 
 
 async def flush():
-    if _ctx is not None:
-        return await _ctx.flush()
-    await asyncio.sleep(0)
+    if _ctx is None:
+        await asyncio.sleep(0)
+    for ctx in _contexts():
+        await ctx.flush()
 
 
 def fence():
-    if _ctx is not None:
-        _ctx.fence()
+    for ctx in _contexts():
+        ctx.fence()

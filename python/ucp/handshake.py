@@ -8,6 +8,7 @@ the flow."""
 import os
 
 from . import _ucx_async as _native
+from ._libs.exceptions import UCXConnectionRefused, UCXError, UCXNotConnected, UCXUnreachable
 from .pending import wait
 from .utils import hash64bits
 
@@ -27,7 +28,8 @@ def default_wire_protocol():
 async def exchange_peer_info(endpoint, msg_tag, ctrl_tag, listener, connect_timeout=5.0, wire_protocol=None):
     """Exchanges tags with the peer and returns its ``{"msg_tag", "ctrl_tag"}`` (``ctrl_tag`` is
     ``None`` for a UCXX peer). A bad checksum raises ``RuntimeError("Checksum invalid! ...")``
-    as UCX-Py did."""
+    as UCX-Py did. A client whose connection fails before the listener's first bytes arrive
+    raises ``UCXConnectionRefused``: no listener answered."""
     if wire_protocol is None:
         wire_protocol = "ucx-py"
     send = lambda b: wait(endpoint.stream_send(b, name="peer info send"), connect_timeout)  # noqa: E731
@@ -39,7 +41,13 @@ async def exchange_peer_info(endpoint, msg_tag, ctrl_tag, listener, connect_time
         await recv(peer)
         return _peer(wire_protocol, peer)
     head = bytearray(_native.PEER_INFO_DETECT_LEN)
-    await recv(head)
+    try:
+        await recv(head)
+    except (UCXError, UCXNotConnected) as e:
+        if isinstance(e, UCXUnreachable):
+            raise
+        # Nothing from the listener yet: no listener answered (create_endpoint names where).
+        raise UCXConnectionRefused(str(e)) from e
     protocol = _native.peer_info_detect(bytes(head))
     peer = head
     if protocol == "ucx-py":

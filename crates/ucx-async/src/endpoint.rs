@@ -14,6 +14,7 @@ use ucx_core::{
 };
 
 use crate::am::AmBuffer;
+use crate::connect_error;
 use crate::error::{Error, Result};
 use crate::handshake::{self, Tags};
 use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
@@ -155,23 +156,6 @@ async fn traced<A: std::fmt::Debug>(
     r
 }
 
-/// A connect's `Unreachable`, with the reason where this side's transports are it (see
-/// `ucx_core::Context::unreachable_listener_hint`): UCX itself says only "Destination is
-/// unreachable".
-fn unreachable_because(worker: &Worker, addr: SocketAddr, e: Error) -> Error {
-    if e.status() != ucx_core::Status::Unreachable {
-        return e;
-    }
-    match worker.core().context().unreachable_listener_hint() {
-        Some(hint) => Error::Ucx(ucx_core::Error::with_detail(
-            "Endpoint::connect",
-            ucx_core::Status::Unreachable,
-            format!("{addr}: {hint}"),
-        )),
-        None => e,
-    }
-}
-
 #[cfg(not(feature = "tracing"))]
 async fn traced<A>(fut: impl Future<Output = Result<Endpoint>>, _what: &'static str, _peer: A) -> Result<Endpoint> {
     fut.await
@@ -200,11 +184,11 @@ impl Endpoint {
     pub async fn connect_with(worker: &Worker, addr: SocketAddr, options: ConnectOptions) -> Result<Endpoint> {
         let connect = async {
             let state = Arc::new(EpState::new());
-            let core =
-                ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))?;
+            let core = ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))
+                .map_err(|e| connect_error::named(worker, addr, e.into()))?;
             let (flavour, tags, marked) = handshake::client(&core, &worker.inner.signals, options.timeout)
                 .await
-                .map_err(|e| unreachable_because(worker, addr, e))?;
+                .map_err(|e| connect_error::named(worker, addr, e))?;
             Ok(Self::established(worker, core, state, Some(tags), Some(flavour), marked))
         };
         traced(connect, "connect", addr).await

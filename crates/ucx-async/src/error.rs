@@ -1,8 +1,9 @@
 //! ucx-async's error: each variant names a cause a caller may act on differently (this side
 //! closed the endpoint, the peer closed it, the peer failed, the handshake timed out, the peer
-//! broke the protocol, one rail of a group failed), and everything else UCX reports passes
-//! through as [`Error::Ucx`].
+//! broke the protocol, one rail of a group failed, no listener answered a connect), and
+//! everything else UCX reports passes through as [`Error::Ucx`].
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use ucx_core::{MemoryType, Status};
@@ -28,6 +29,17 @@ pub enum Error {
         /// The operation.
         op: &'static str,
         /// How UCX reported it (`ConnectionReset`, `EndpointTimeout`, ...).
+        status: Status,
+    },
+    /// No listener answered a connect to `addr`: nothing listens there, or its listener turned
+    /// the connection away. UCX reports both as a connection reset or not connected
+    /// (`status`), before the listener's first handshake bytes arrive. Not a peer failure:
+    /// there never was a peer. (An address UCX cannot reach is an [`Error::Ucx`] with
+    /// `Status::Unreachable` that names the address.)
+    Refused {
+        /// The listener's address, as given to [`crate::Endpoint::connect`].
+        addr: SocketAddr,
+        /// How UCX reported it.
         status: Status,
     },
     /// The connection handshake did not finish in time.
@@ -104,7 +116,7 @@ impl Error {
             Error::Closed { .. } | Error::ClosedByPeer { .. } | Error::LostMessage { .. } | Error::ListenerClosed => {
                 Status::Canceled
             }
-            Error::PeerFailed { status, .. } => *status,
+            Error::PeerFailed { status, .. } | Error::Refused { status, .. } => *status,
             Error::Unreceived { .. } => Status::ExceedsLimit,
             Error::HandshakeTimeout { .. } => Status::TimedOut,
             Error::Protocol { .. } | Error::NoTags { .. } | Error::InvalidArgument { .. } => Status::InvalidParam,
@@ -137,6 +149,11 @@ impl fmt::Display for Error {
             Error::Closed { op } => write!(f, "{op}: the endpoint was closed"),
             Error::ClosedByPeer { op } => write!(f, "{op}: the peer closed the endpoint"),
             Error::PeerFailed { op, status } => write!(f, "{op}: {status} (the peer failed)"),
+            Error::Refused { addr, status } => write!(
+                f,
+                "connecting to {addr}: refused: nothing listens there, or its listener turned the connection away \
+                 ({status})"
+            ),
             Error::Unreceived { op, overflow } => write!(f, "{op}: the endpoint was closed because {overflow}"),
             Error::LostMessage { op } => write!(
                 f,

@@ -135,7 +135,8 @@ pub(crate) async fn client(
 ) -> Result<(Flavour, Tags, bool)> {
     let stream = Stream { ep, signals, timeout };
     let mut inb = [0u8; PeerInfo::LEN];
-    stream.recv(&mut inb[..wire::DETECT_LEN]).await?;
+    // Nothing from the listener yet: failing here, the connect had no listener answering.
+    stream.recv(&mut inb[..wire::DETECT_LEN]).await.map_err(crate::connect_error::unanswered)?;
     let first: &[u8; wire::DETECT_LEN] = inb[..wire::DETECT_LEN].try_into().expect("slice of DETECT_LEN bytes");
     let flavour = wire::detect(first);
     let msg_tag = random_tag();

@@ -21,8 +21,9 @@
 //!   own worker and devices), [`RailListener`], which accepts groups from many clients, and
 //!   [`Split`], how a message is cut over them (shares, stages).
 //! - [`Error`] (`error`): what failed, by cause (closed by us or by the peer, peer failed,
-//!   closed for what the peer left unreceived, handshake timeout, protocol violation, or UCX's
-//!   own error); [`Result`].
+//!   closed for what the peer left unreceived, handshake timeout, protocol violation, no
+//!   listener answered, or UCX's own error); [`Result`]. `connect_error`: a failed connect's
+//!   error, naming the address.
 //!
 //! ucx-core is re-exported as [`core`] for everything not wrapped here.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -30,6 +31,7 @@
 
 mod am;
 pub mod collective;
+mod connect_error;
 mod endpoint;
 mod error;
 mod handshake;

@@ -61,6 +61,12 @@ async fn guard(port: u16) {
 
 impl Listener {
     /// Listens on `addr` (port 0: ephemeral) speaking UCX-Py's handshake.
+    ///
+    /// What else listens: UCX's tcp transport has a port of its own on every network device
+    /// the worker's context uses, open to anyone who reaches it. To expose only `addr`'s
+    /// interface, make the context with `option("NET_DEVICES", "<that interface>")`. For an
+    /// IPv6 `addr`, make it with `option("TCP_AF_PRIO", "inet6,inet")` (otherwise the bind is
+    /// refused: see `ucx_core::Listener::bind`).
     pub fn bind(worker: &Worker, addr: SocketAddr) -> Result<Listener> {
         Self::bind_with(worker, addr, Flavour::UcxPy, ConnectOptions::default())
     }

@@ -103,7 +103,13 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: s
 
 impl Endpoint {
     /// Connects to a listener at `addr` (client side of client-server).
+    ///
+    /// A connection of the family (IPv4, IPv6) that UCX's tcp transport does not use on the
+    /// device it leaves through is refused with [`Status::Unsupported`] before UCX sees it
+    /// (UCX 1.22 would corrupt the heap): a context made with the option
+    /// `TCP_AF_PRIO=inet6,inet` carries IPv6 (see `tcp_family`).
     pub fn connect(worker: &Worker, addr: SocketAddr, params: EndpointParams) -> Result<Endpoint> {
+        crate::tcp_family::check_peer(worker.context(), addr, "Endpoint::connect", "the listener's address")?;
         let c_addr = CSockAddr::new(addr);
         Self::create(worker, params, "ucp_ep_create (connect)", Some(addr), |p| {
             p.field_mask |= (sys::UCP_EP_PARAM_FIELD_SOCK_ADDR | sys::UCP_EP_PARAM_FIELD_FLAGS) as u64;
@@ -123,9 +129,14 @@ impl Endpoint {
         })
     }
 
-    /// Accepts an incoming connection (server side of client-server).
+    /// Accepts an incoming connection (server side of client-server). A client whose address
+    /// family UCX's tcp transport does not use on the device the connection came through is
+    /// refused as [`Endpoint::connect`] refuses it, and the request rejected.
     pub fn accept(worker: &Worker, request: ConnRequest, params: EndpointParams) -> Result<Endpoint> {
         let peer = request.client_addr();
+        if let Some(client) = peer {
+            crate::tcp_family::check_peer(worker.context(), client, "Endpoint::accept", "the client's address")?;
+        }
         let (raw, _listener) = request.into_raw();
         Self::create(worker, params, "ucp_ep_create (accept)", peer, |p| {
             p.field_mask |= sys::UCP_EP_PARAM_FIELD_CONN_REQUEST as u64;
@@ -228,16 +239,23 @@ impl Endpoint {
 
     /// The transports the endpoint's data lanes use (e.g. `["tcp"]`, `["posix", "cma"]`,
     /// `["rc_mlx5"]`), from [`Endpoint::info`], in lane order without repeats. Empty for a
-    /// closed endpoint, or one whose lanes are not wired up yet.
+    /// closed or failed endpoint, or one whose lanes are not wired up yet.
     pub fn transports(&self) -> Vec<String> {
         lane_transports(&self.info())
     }
 
-    /// UCX's description of the endpoint: its transports and lanes (`ucp_ep_print_info`).
+    /// UCX's description of the endpoint: its transports and lanes (`ucp_ep_print_info`); for a
+    /// failed endpoint only the failure, since UCX 1.22 reads past its table of transports
+    /// printing the lanes it put in place of a failed endpoint's (a crash after a refused
+    /// connect).
     pub fn info(&self) -> String {
         let Ok(h) = self.handle("ucp_ep_print_info") else { return String::from("(closed endpoint)") };
+        if let Err(e) = self.status() {
+            return format!("(failed endpoint: {})", e.status());
+        }
         text::capture(|file| {
-            // SAFETY: the endpoint is live and file is an open stream.
+            // SAFETY: the endpoint is live and, as far as its error callback has said, has not
+            // failed (see above); file is an open stream.
             unsafe { sys::ucp_ep_print_info(h, file) }
         })
     }

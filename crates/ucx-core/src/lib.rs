@@ -8,7 +8,9 @@
 //! - [`Worker`] (`worker`): progress, the wakeup fd (`arm`/`signal`), address, flush, fence.
 //! - [`Listener`] and [`ConnRequest`] (`listener`): client-server connection set-up.
 //! - [`Endpoint`] (`endpoint`): connect by socket address or worker address, accept, peer
-//!   errors, close.
+//!   errors, close. `tcp_family`: the address family UCX's tcp transport uses on each device,
+//!   and the refusal of a connection or listener of the other family (UCX 1.22 corrupts the
+//!   heap on an IPv6 connection through an IPv4 tcp interface).
 //! - Operations, each in its own module and returning a [`Submitted`]: `tag` (send on an
 //!   endpoint, receive and probe on the worker), `stream`, `am` (active messages and their
 //!   handlers), `rma` (memory registration, remote keys, put/get).
@@ -89,6 +91,7 @@ pub mod stream_backlog;
 pub mod stuck_connections;
 mod sys;
 mod tag;
+mod tcp_family;
 mod text;
 pub mod unclaimed;
 pub mod version;
@@ -100,7 +103,7 @@ pub use am::{AmMessage, AmProto, AmSendOptions};
 pub use buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
 pub use chunks::{RecvChunks, SendChunks};
 pub use config::Config;
-pub use context::{Context, ContextBuilder, Features};
+pub use context::{Context, ContextBuilder, Features, LIBRARY_DEFAULTS};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};
 pub use error::{Error, Result, Status};
 pub use huge_shared::HugeSharedMapping;

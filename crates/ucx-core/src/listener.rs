@@ -85,12 +85,16 @@ fn client_addr(conn_request: sys::ucp_conn_request_h) -> Option<SocketAddr> {
 
 impl Listener {
     /// Listens on `addr` (port 0: an ephemeral port; see [`Listener::local_addr`]) and calls
-    /// `handler` for each incoming connection, from inside [`Worker::progress`].
+    /// `handler` for each incoming connection, from inside [`Worker::progress`]. An address of
+    /// the family (IPv4, IPv6) that UCX's tcp transport does not use on its device is refused
+    /// with [`Status::Unsupported`] (a context made with `TCP_AF_PRIO=inet6,inet` listens on
+    /// IPv6; see [`crate::Endpoint::connect`]).
     pub fn bind(
         worker: &Worker,
         addr: SocketAddr,
         handler: impl FnMut(ConnRequest) + Send + 'static,
     ) -> Result<Listener> {
+        crate::tcp_family::check_bind(worker.context(), addr, "Listener::bind")?;
         let c_addr = CSockAddr::new(addr);
         let mut status = sys::UCS_OK;
         let inner = Arc::new_cyclic(|weak| {

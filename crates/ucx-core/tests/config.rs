@@ -59,3 +59,26 @@ fn versions() {
     assert!((major, minor) >= version::HEADERS, "UCX {major}.{minor} under headers {:?}", version::HEADERS);
     assert!(version::HEADERS >= version::MIN_SUPPORTED);
 }
+
+#[test]
+fn library_defaults_apply_only_where_the_user_chose_nothing() {
+    // Every default reaches UCX (a name or value it refused would fail the build) and shows
+    // in `setting`, unless this process's environment chose the variable.
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    for (name, value) in LIBRARY_DEFAULTS {
+        match std::env::var(format!("UCX_{name}")) {
+            Ok(env) => assert_eq!(ctx.setting(name), Some(env.as_str()), "{name}"),
+            Err(_) => assert_eq!(ctx.setting(name), Some(*value), "{name}"),
+        }
+    }
+    assert!(LIBRARY_DEFAULTS.contains(&("TCP_CONN_NB", "y")), "non-blocking connects (docs/configuration.md)");
+    // The builder's option wins over a default.
+    let ctx = Context::builder().option("NET_DEVICES", "lo").option("TCP_CONN_NB", "n").build().unwrap();
+    assert_eq!(ctx.setting("TCP_CONN_NB"), Some("n"));
+    // This test binary's only test touching UCX_TCP_CONN_NB, so setting it is race-free: the
+    // environment wins over a default too.
+    std::env::set_var("UCX_TCP_CONN_NB", "n");
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build();
+    std::env::remove_var("UCX_TCP_CONN_NB");
+    assert_eq!(ctx.unwrap().setting("TCP_CONN_NB"), Some("n"));
+}

@@ -74,6 +74,7 @@ fn get_ucx_version(py: Python<'_>) -> PyResult<(u32, u32, u32)> {
 fn _ucx_async(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_ucx_version, m)?)?;
     m.add_function(wrap_pyfunction!(context::current_options, m)?)?;
+    m.add_function(wrap_pyfunction!(context::library_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(worker::spin_budget_us, m)?)?;
     m.add_function(wrap_pyfunction!(collective::collective_user_tag, m)?)?;
     m.add_function(wrap_pyfunction!(multirail::multirail_hello, m)?)?;

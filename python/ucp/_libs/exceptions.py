@@ -4,6 +4,12 @@ Only `UCXConfigError` derives from `UCXError`; cancellations, resets, close and
 truncation errors derive from `UCXBaseException` alone, so code that catches
 `UCXError` (e.g. `Endpoint.close`) does not swallow them. Users rely on this.
 
+`UCXConnectionRefused` is ours too: a connect that no listener answered (nothing listens at the
+address, or its listener turned the connection away), which is not a peer's failure since
+there never was a peer. It is also a `UCXConnectionReset` and a `UCXError`, as UCX-Py raised
+for it. An address that cannot be reached raises `UCXUnreachable` (UCX-Py's). Both name the
+address.
+
 Two classes are ours, one per cause of an endpoint's end, raised by every operation that
 the end fails (pending at that moment or started after):
 - `UCXPeerFailure`: the peer failed (its process ended, the connection was reset, keepalive
@@ -32,6 +38,7 @@ __all__ = [
     "UCXUnreachable",
     "UCXPeerFailure",
     "UCXEndpointClosed",
+    "UCXConnectionRefused",
     "log_errors",
 ]
 
@@ -99,3 +106,10 @@ class UCXEndpointClosed(UCXCloseError, UCXCanceled, AttributeError):
     """This side closed or aborted the endpoint. UCX-Py raised ``UCXCanceled`` for operations
     pending at the close, ``UCXCloseError`` for some after it, and ``AttributeError``
     (``'NoneType' object has no attribute ...``) for the rest."""
+
+
+class UCXConnectionRefused(UCXConnectionReset, UCXError):
+    """A connect that no listener answered: nothing listens at the address, or its listener
+    turned the connection away. Not a ``UCXPeerFailure``: there never was a peer. UCX reports
+    it as a reset connection, so UCX-Py raised ``UCXError`` or ``UCXConnectionReset``; this is
+    both. The message names the address (``ip:port``)."""
