@@ -2,7 +2,8 @@
 """What a user gets with the defaults: `ucp` (peer error handling on, nothing set) beside a
 plain Python TCP socket (the same benchmark's `tornado` backend) and `ucx_perftest`, at 8 B,
 64 KiB, 1 MiB and 16 MiB, between two processes on one host (127.0.0.1) and across a pair of
-network namespaces joined by a veth (a real TCP stack between two "hosts", no shared memory).
+network namespaces joined by a veth (a real TCP stack between two "hosts": each side in pid
+and IPC namespaces of its own too, so no shared memory).
 
 Every side is a ping-pong of one message each way (`python -m ucp.benchmarks.send_recv`,
 UCX-Py's benchmark; `ucx_perftest -t tag_lat`), reported as one-way latency and the
@@ -106,11 +107,16 @@ class NetnsSite(Site):
             run("ip", "-n", ns, "link", "set", "lo", "up")
         time.sleep(1)  # the veth's carrier
 
+    # Each side also gets a pid and IPC namespace of its own: nothing but the network is
+    # shared, as between two hosts (else UCX's shared memory, or the same-host single-copy
+    # path, would carry what the benchmark means to send over TCP).
+    ALONE = ["unshare", "--pid", "--ipc", "--fork", "--mount-proc"]
+
     def server(self, cmd):
-        return ["ip", "netns", "exec", NS_A, *cmd]
+        return ["ip", "netns", "exec", NS_A, *self.ALONE, *cmd]
 
     def client(self, cmd):
-        return ["ip", "netns", "exec", NS_B, *cmd]
+        return ["ip", "netns", "exec", NS_B, *self.ALONE, *cmd]
 
     @property
     def address(self):

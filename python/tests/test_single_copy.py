@@ -253,3 +253,22 @@ def test_a_cancelled_send_is_still_delivered(progress_mode):
         lf.close()
 
     run(main())
+
+
+def test_a_peer_that_is_gone_by_the_end_of_the_handshake_is_no_error_of_the_path(fresh_ucp):
+    """The listener's side drops its endpoint as soon as it has it (UCX-Py's own
+    test_close_callback does): the client's endpoint may have failed before its hello
+    exchange could start. Making it still succeeds, as without the path; its operations then
+    report the peer's failure."""
+
+    async def main():
+        lf = ucp.create_listener(lambda ep: None)  # the endpoint is dropped, so closed
+        for _ in range(10):
+            ep = await ucp.create_endpoint("127.0.0.1", lf.port)
+            await asyncio.sleep(0.05)
+            with pytest.raises((ucp.exceptions.UCXPeerFailure, ucp.exceptions.UCXEndpointClosed)):
+                await asyncio.wait_for(ep.recv(np.empty(8, dtype="u1")), 5)
+            ep.abort()
+        lf.close()
+
+    run(main())

@@ -295,12 +295,14 @@ impl Endpoint {
     /// Starts the same-host single-copy path with a peer that carried its mark in the
     /// handshake (`msg_recv`, `msg_send`: the endpoint's tags): the hello exchange runs
     /// natively in the background; until it is done, messages go the ordinary way. Does
-    /// nothing where the path is turned off (`UCXA_SINGLE_COPY=0`) or already started.
+    /// nothing where the path is turned off (`UCXA_SINGLE_COPY=0`), already started, or the
+    /// endpoint has ended.
     fn start_single_copy(&self, py: Python<'_>, msg_recv: u64, msg_send: u64) -> PyResult<()> {
         if !ucx_core::single_copy::enabled() || self.shared.single_copy.get().is_some() {
             return Ok(());
         }
-        let ep = self.open_ep(py)?;
+        // An endpoint that has already ended gets no path; its operations say why it ended.
+        let Ok(ep) = self.open_ep(py) else { return Ok(()) };
         let link = Arc::new(ucx_core::single_copy::Link::new(msg_recv, msg_send));
         let _ = self.shared.single_copy.set(link.clone());
         single_copy::start(&self.engine, py, self.owner(), &ep, &link)

@@ -116,6 +116,17 @@ pub(crate) fn read_through(op: Owned<PyBufMut>, link: Option<(Arc<Link>, ucx_cor
     let Some((link, ep)) = link else { return op };
     op.then(move |buf, c| {
         if buf.memory_type() != MemoryType::Host {
+            // A descriptor cannot be read into device memory. A receive of exactly its size
+            // that got 64 bytes fails anyway (UCX-Py's length check): say what it likely was.
+            if link.receives() && c.length == Descriptor::LEN && buf.byte_len() > Descriptor::LEN {
+                return Err(ucx_core::Error::with_detail(
+                    "recv",
+                    ucx_core::Status::MessageTruncated,
+                    "64 bytes arrived in device memory: likely a host message the peer sent by \
+                     same-host single copy, which only host memory can receive (set \
+                     UCXA_SINGLE_COPY=0 on either side to send it UCX's way)",
+                ));
+            }
             return Ok(c);
         }
         let capacity = buf.byte_len();
