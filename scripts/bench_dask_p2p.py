@@ -16,7 +16,7 @@ The tables are the same size for both protocols: `--rows` rows of (key, a) merge
 on `key` (`dask.dataframe.shuffle`, p2p). Each workload's result is checked (its length, and
 a checksum of a column) against the same computed with `tcp`.
 
-    python scripts/bench_dask_p2p.py --rows 8000000 --rounds 3
+    python scripts/bench_dask_p2p.py --rows 8000000 --rounds 3 [--runs 3] [--metrics]
     python scripts/bench_dask_p2p.py --cluster netns --rows 2000000 --rounds 3
 """
 import argparse
@@ -32,7 +32,45 @@ NS_BR = "ucxa-dask-br"
 NS = {"scheduler": ("ucxa-dask-s", "10.79.0.1"), "w0": ("ucxa-dask-w0", "10.79.0.2"), "w1": ("ucxa-dask-w1", "10.79.0.3")}
 
 
-def workloads(client, rows, parts):
+def workloads(client, rows, parts, runs=3):
+    """Runs the merge and the shuffle `runs` times on `client`; returns {name: (median
+    seconds, check)}."""
+    import statistics
+
+    times, checks = {}, {}
+    for _ in range(runs):
+        for name, (t, check) in workloads_once(client, rows, parts).items():
+            times.setdefault(name, []).append(t)
+            checks[name] = check
+    return {name: (statistics.median(times[name]), checks[name]) for name in times}
+
+
+def cpu_seconds(client):
+    """CPU seconds (user + system) the workers and the scheduler have used so far."""
+    def used(dask_worker=None, dask_scheduler=None):
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    return sum(client.run(used).values()) + client.run_on_scheduler(used)
+
+
+def metrics(client):
+    """Seconds the workers spent per (context, activity) in the workloads, the largest first
+    (distributed's fine performance metrics)."""
+    def collect(dask_scheduler):
+        out = {}
+        for key, v in dask_scheduler.cumulative_worker_metrics.items():
+            if isinstance(key, tuple) and key[-1] == "seconds":
+                name = " / ".join(str(k) for k in key[:-1] if not str(k).startswith("execute-"))
+                out[name] = out.get(name, 0) + v
+        return out
+
+    return client.run_on_scheduler(collect)
+
+
+def workloads_once(client, rows, parts):
     """Runs the merge and the shuffle once on `client`; returns {name: (seconds, check)}."""
     import dask
     import dask.dataframe as dd
@@ -72,19 +110,21 @@ def transfers(client):
     return rates
 
 
-def run_local(protocol, rows, parts):
+def run_local(protocol, rows, parts, runs):
     """One cluster, one run of the workloads: a child process prints JSON."""
     code = f"""
 import json, sys
 sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
-from bench_dask_p2p import workloads, transfers
+from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds
 from distributed import Client, LocalCluster
 if {protocol!r} == "ucxa":
     import ucp.dask_comm  # registers ucxa://
 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol={protocol!r},
                   host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster) as client:
-    out = workloads(client, {rows}, {parts})
-    print(json.dumps({{"times": out, "transfers": transfers(client)}}))
+    cpu = cpu_seconds(client)
+    out = workloads(client, {rows}, {parts}, {runs})
+    cpu = cpu_seconds(client) - cpu
+    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu}}))
 """
     env = {**os.environ, "UCX_NET_DEVICES": "lo", "UCXPY_IFNAME": "lo"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
@@ -124,7 +164,7 @@ class Netns:
         subprocess.run(["ip", "netns", "del", NS_BR], capture_output=True)
 
 
-def run_netns(net, protocol, rows, parts, port=8786):
+def run_netns(net, protocol, rows, parts, runs, port=8786):
     """Scheduler and two workers in their namespaces, the client beside the scheduler."""
     s_addr = f"{protocol}://{NS['scheduler'][1]}:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UCX_NET_DEVICES", "UCXPY_IFNAME"))}
@@ -145,12 +185,14 @@ def run_netns(net, protocol, rows, parts, port=8786):
 import json, sys
 sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
 import ucp.dask_comm
-from bench_dask_p2p import workloads, transfers
+from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds
 from distributed import Client
 with Client({s_addr!r}, timeout=60) as client:
     client.wait_for_workers(2, timeout=120)
-    out = workloads(client, {rows}, {parts})
-    print(json.dumps({{"times": out, "transfers": transfers(client)}}))
+    cpu = cpu_seconds(client)
+    out = workloads(client, {rows}, {parts}, {runs})
+    cpu = cpu_seconds(client) - cpu
+    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu}}))
     client.shutdown()
 """
         p = subprocess.run(Netns.exec("scheduler", [sys.executable, "-c", code]), capture_output=True, text=True,
@@ -169,6 +211,8 @@ def main():
     ap.add_argument("--rows", type=int, default=8_000_000)
     ap.add_argument("--parts", type=int, default=16, help="partitions of the left table")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="runs of each workload per cluster (its median counts)")
+    ap.add_argument("--metrics", action="store_true", help="print where the workers' time went, per protocol")
     ap.add_argument("--cluster", choices=("local", "netns"), default="local")
     ap.add_argument("--protocols", default="tcp,ucxa")
     args = ap.parse_args()
@@ -178,7 +222,8 @@ def main():
         results = {p: [] for p in protocols}
         for r in range(args.rounds):
             for proto in protocols[r % len(protocols):] + protocols[: r % len(protocols)]:
-                res = run_netns(net, proto, args.rows, args.parts) if net else run_local(proto, args.rows, args.parts)
+                res = (run_netns(net, proto, args.rows, args.parts, args.runs) if net
+                       else run_local(proto, args.rows, args.parts, args.runs))
                 results[proto].append(res)
                 print(f"round {r}: {proto}: " + ", ".join(f"{k} {v[0]:.2f} s" for k, v in res["times"].items()),
                       flush=True)
@@ -187,7 +232,7 @@ def main():
             net.close()
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"\n# {time.strftime('%Y-%m-%d', time.gmtime())}, commit {commit}, {os.cpu_count()} cores, cluster {args.cluster}, "
-          f"{args.rows} x {args.rows // 4} rows, {args.rounds} rounds alternating")
+          f"{args.rows} x {args.rows // 4} rows, {args.rounds} rounds alternating, each the median of {args.runs} runs")
     base = protocols[0]
     for w in ("merge", "shuffle"):
         checks = [tuple(x["times"][w][1]) for p in protocols for x in results[p]]
@@ -205,6 +250,14 @@ def main():
             print(f"| {p} | {min(t):.2f} / {statistics.median(t):.2f} / {max(t):.2f} | {ratios} | {rate} |")
         if not same:
             sys.exit(1)
+    print("\n## CPU seconds the cluster used per round (workers and scheduler, all runs of both workloads)\n")
+    for p in protocols:
+        print(f"- {p}: " + ", ".join(f"{x['cpu']:.1f}" for x in results[p]))
+    if args.metrics:
+        print("\n## Where the workers' time went (seconds, all runs of the last round, largest first)\n")
+        for p in protocols:
+            top = sorted(results[p][-1]["metrics"].items(), key=lambda kv: -kv[1])[:12]
+            print(f"- {p}: " + "; ".join(f"{k} {v:.2f}" for k, v in top))
 
 
 if __name__ == "__main__":
