@@ -41,7 +41,7 @@ def server(q, control):
     os.environ.update(json.loads(os.environ.get("SOAK_SERVER_ENV", "{}")))
     import ucp
 
-    stats = {"echoed": 0, "corrupt": 0, "peer_failures": 0, "samples": []}
+    stats = {"echoed": 0, "corrupt": 0, "peer_failures": 0, "single_copy": [0, 0], "samples": []}
 
     async def handle(ep):
         try:
@@ -58,6 +58,9 @@ def server(q, control):
         except ucp.exceptions.UCXBaseException:
             stats["peer_failures"] += 1  # a killed client; its endpoint is closed below
         finally:
+            # Messages the same-host single-copy path carried, received and sent.
+            stats["single_copy"][0] += ep.single_copy[3]
+            stats["single_copy"][1] += ep.single_copy[2]
             ep.abort()
 
     def dump_state():
@@ -220,6 +223,8 @@ def main():
     print(f"soak: {args.duration:.0f} s, {args.clients} clients, {kills} clients killed and replaced")
     print(f"soak: {verified} echoes verified by clients, {stats['echoed']} messages checked and echoed by the server")
     print(f"soak: data lost or corrupted: {lost}; clients that failed without being killed: {len(failed_clients)}")
+    sc_in, sc_out = stats["single_copy"]
+    print(f"soak: by same-host single copy (64 KiB and 1 MiB messages): {sc_in} received, {sc_out} sent by the server")
     print(f"soak: server RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB, open fds {fd0} -> {fd1} (from a quarter in)")
     print("soak: RSS MiB over the run: " + " ".join(f"{r / 2**20:.0f}" for r, _ in samples))
     problems = []
