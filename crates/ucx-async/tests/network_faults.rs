@@ -489,14 +489,18 @@ fn partitioned(test: &str, mode: &str) -> ([Option<(String, f64)>; 2], (u64, u64
     let (a, router, b) = routed_pair();
     let timeout = format!("{PEER_TIMEOUT}");
     let common = [("UCXA_PEER_TIMEOUT", timeout.as_str()), ("UCXA_NETNS_MODE", mode)];
-    let mut server =
-        spawn_host_role(&a, test, "partition-server", &[common[0], common[1], ("UCXA_NETNS_BIND", "10.202.1.2:0")]);
-    let server_out = Lines::of(&mut server);
+    let mut server = Reaped(spawn_host_role(
+        &a,
+        test,
+        "partition-server",
+        &[common[0], common[1], ("UCXA_NETNS_BIND", "10.202.1.2:0")],
+    ));
+    let server_out = Lines::of(&mut server.0);
     let port = server_out.next("PORT ", Duration::from_secs(30)).expect("the server's port");
     let to = format!("10.202.1.2:{port}");
     let mut client =
-        spawn_host_role(&b, test, "partition-client", &[common[0], common[1], ("UCXA_NETNS_CONNECT", &to)]);
-    let client_out = Lines::of(&mut client);
+        Reaped(spawn_host_role(&b, test, "partition-client", &[common[0], common[1], ("UCXA_NETNS_CONNECT", &to)]));
+    let client_out = Lines::of(&mut client.0);
     assert!(client_out.next("READY", Duration::from_secs(30)).is_some(), "the client runs");
     assert!(server_out.next("READY", Duration::from_secs(30)).is_some(), "the server runs");
     std::thread::sleep(Duration::from_millis(500));
@@ -509,16 +513,21 @@ fn partitioned(test: &str, mode: &str) -> ([Option<(String, f64)>; 2], (u64, u64
         Some((what.to_string(), at.parse::<f64>().ok()? - dropped))
     });
     partition(&router, false);
-    drop_stdin(&mut client);
-    drop_stdin(&mut server);
+    drop_stdin(&mut client.0);
+    drop_stdin(&mut server.0);
     let echoes = client_out.next("ECHOES ", Duration::from_secs(15)).unwrap_or_default();
     let mut n = echoes.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(u64::MAX));
-    let counts = (n.next().unwrap_or(0), n.next().unwrap_or(u64::MAX));
-    for mut child in [client, server] {
-        let _ = child.kill();
-        let _ = child.wait();
+    (failed, (n.next().unwrap_or(0), n.next().unwrap_or(u64::MAX)))
+}
+
+/// A role killed (if still running) and waited for when dropped, also when a test fails.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
-    (failed, counts)
 }
 
 fn both_sides_fail_within_the_peer_timeout(test: &str, mode: &str) {
