@@ -76,15 +76,19 @@ def veth_pair(v4=("10.201.0.1", "10.201.0.2"), v6=("fd00:4e46::1", "fd00:4e46::2
             if v6:
                 run("ip", "-n", ns, "addr", "add", f"{v6[i]}/64", "dev", "eth1", "nodad")
             run("ip", "-n", ns, "link", "set", "eth1", "up")
-        # UCX uses an interface only once it runs (carrier on both ends); until then it finds
-        # the addresses unreachable.
-        deadline = time.monotonic() + 10
-        for ns in (a, b):
-            while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"eth1 never came up in {ns}")
-                time.sleep(0.02)
+        _wait_until_up(a, b)
         yield a, b
+
+
+def _wait_until_up(*namespaces):
+    """Waits until ``eth1`` runs in each namespace: UCX uses an interface only once it runs
+    (carrier on both ends); until then it finds the addresses unreachable."""
+    deadline = time.monotonic() + 10
+    for ns in namespaces:
+        while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"eth1 never came up in {ns}")
+            time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -104,12 +108,7 @@ def routed_pair(subnets=("10.202.1", "10.202.2")):
             run("ip", "-n", ns, "link", "set", "eth1", "up")
             run("ip", "-n", ns, "route", "add", "default", "via", f"{subnet}.1")
         run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", ns=router)
-        deadline = time.monotonic() + 10
-        for ns in (a, b):
-            while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"eth1 never came up in {ns}")
-                time.sleep(0.02)
+        _wait_until_up(a, b)
         yield (a, router, b), (f"{subnets[0]}.2", f"{subnets[1]}.2")
 
 

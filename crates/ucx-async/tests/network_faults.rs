@@ -78,9 +78,16 @@ macro_rules! parent_only {
 
 /// This test binary, re-run inside `ns` as `role` with `env`.
 fn spawn_role(ns: &Netns, test: &str, role: &str, env: &[(&str, &str)]) -> Child {
+    spawn_under(ns, &[], test, role, env)
+}
+
+/// This test binary, re-run inside `ns` under `wrapper` (a command and its arguments that run
+/// the rest, or nothing) as `role` with `env`.
+fn spawn_under(ns: &Netns, wrapper: &[&str], test: &str, role: &str, env: &[(&str, &str)]) -> Child {
     let exe = std::env::current_exe().expect("the test binary");
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.0])
+        .args(wrapper)
         .arg(exe)
         .args([test, "--exact", "--nocapture", "--test-threads", "1"])
         .env("UCXA_NETNS_ROLE", role)
@@ -91,6 +98,18 @@ fn spawn_role(ns: &Netns, test: &str, role: &str, env: &[(&str, &str)]) -> Child
         cmd.env(k, v);
     }
     cmd.spawn().expect("spawn a role")
+}
+
+/// Waits until `eth1` runs in each of `namespaces`: UCX uses an interface only once it runs
+/// (carrier on both ends), and until then found the address "unreachable".
+fn wait_until_up(namespaces: &[&Netns]) {
+    for ns in namespaces {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ip(&["-n", &ns.0, "link", "show", "eth1"]).unwrap().contains("state UP") {
+            assert!(Instant::now() < deadline, "eth1 never came up in {}", ns.0);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// What follows `key` in the first line of `child`'s output that has it (`KEY value`).
@@ -356,15 +375,7 @@ fn ipv6_over_a_unique_local_address_between_namespaces() {
         ip(&["-n", &ns.0, "addr", "add", v4, "dev", "eth1"]).unwrap();
         ip(&["-n", &ns.0, "link", "set", "eth1", "up"]).unwrap();
     }
-    // UCX uses an interface only once it runs (carrier on both ends): until then it found
-    // the address "unreachable".
-    for ns in [&a, &b] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ip(&["-n", &ns.0, "link", "show", "eth1"]).unwrap().contains("state UP") {
-            assert!(Instant::now() < deadline, "eth1 never came up in {}", ns.0);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    wait_until_up(&[&a, &b]);
     let v6 = [("UCX_TCP_AF_PRIO", "inet6,inet")];
     let mut server = spawn_role(&a, test, "server", &[v6[0], ("UCXA_NETNS_BIND", "[fd00:4e46::1]:0")]);
     let port = line(&mut server, "PORT ");
@@ -426,13 +437,7 @@ fn routed_pair() -> (Netns, Netns, Netns) {
         ip(&["-n", &ns.0, "route", "add", "default", "via", &format!("{subnet}.1")]).unwrap();
     }
     router.run("sysctl", &["-q", "-w", "net.ipv4.ip_forward=1"]).unwrap();
-    for ns in [&a, &b] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ip(&["-n", &ns.0, "link", "show", "eth1"]).unwrap().contains("state UP") {
-            assert!(Instant::now() < deadline, "eth1 never came up in {}", ns.0);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    wait_until_up(&[&a, &b]);
     (a, router, b)
 }
 
@@ -455,37 +460,28 @@ fn partition(router: &Netns, on: bool) {
 /// (the two sides then look like separate hosts to the same-host single-copy path; where
 /// `unshare` is missing, that path is turned off instead).
 fn spawn_host_role(ns: &Netns, test: &str, role: &str, env: &[(&str, &str)]) -> Child {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &ns.0]);
-    let isolated = Command::new("unshare").arg("--help").output().is_ok();
-    if isolated {
-        cmd.args(["unshare", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]);
+    let mut env = env.to_vec();
+    env.push(("UCX_NET_DEVICES", "eth1"));
+    if Command::new("unshare").arg("--help").output().is_ok() {
+        spawn_under(ns, &["unshare", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"], test, role, &env)
     } else {
-        cmd.env("UCXA_SINGLE_COPY", "0");
+        env.push(("UCXA_SINGLE_COPY", "0"));
+        spawn_under(ns, &[], test, role, &env)
     }
-    cmd.arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("UCXA_NETNS_ROLE", role)
-        .env("UCX_NET_DEVICES", "eth1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn a role")
 }
 
 /// `UCXA_PEER_TIMEOUT` in the partition tests: short, to keep them quick (the default's value
 /// is ucx-core's `tests/config.rs`).
 const PEER_TIMEOUT: f64 = 6.0;
 
+/// A side's failure: what it printed for its error, and the seconds from the drop to it.
+type Failure = Option<(String, f64)>;
+
 /// A server and a client on the two hosts of a routed pair, in `mode` (`idle` or `echo`); once
-/// both run, the router drops everything. Returns each side's (error, seconds from the drop to
-/// it), `None` where none came within the timeout and 4 s, and the client's echoes and corrupt
+/// both run, the router drops everything. Returns the client's and the server's failure,
+/// `None` where none came within the timeout and 4 s, and the client's echoes and corrupt
 /// ones.
-fn partitioned(test: &str, mode: &str) -> ([Option<(String, f64)>; 2], (u64, u64)) {
+fn partitioned(test: &str, mode: &str) -> ([Failure; 2], (u64, u64)) {
     let (a, router, b) = routed_pair();
     let timeout = format!("{PEER_TIMEOUT}");
     let common = [("UCXA_PEER_TIMEOUT", timeout.as_str()), ("UCXA_NETNS_MODE", mode)];
