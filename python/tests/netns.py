@@ -76,15 +76,55 @@ def veth_pair(v4=("10.201.0.1", "10.201.0.2"), v6=("fd00:4e46::1", "fd00:4e46::2
             if v6:
                 run("ip", "-n", ns, "addr", "add", f"{v6[i]}/64", "dev", "eth1", "nodad")
             run("ip", "-n", ns, "link", "set", "eth1", "up")
-        # UCX uses an interface only once it runs (carrier on both ends); until then it finds
-        # the addresses unreachable.
-        deadline = time.monotonic() + 10
-        for ns in (a, b):
-            while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"eth1 never came up in {ns}")
-                time.sleep(0.02)
+        _wait_until_up(a, b)
         yield a, b
+
+
+def _wait_until_up(*namespaces):
+    """Waits until ``eth1`` runs in each namespace: UCX uses an interface only once it runs
+    (carrier on both ends); until then it finds the addresses unreachable."""
+    deadline = time.monotonic() + 10
+    for ns in namespaces:
+        while "state UP" not in run("ip", "-n", ns, "link", "show", "eth1"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"eth1 never came up in {ns}")
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def routed_pair(subnets=("10.202.1", "10.202.2")):
+    """Two hosts on networks of their own joined through a router: namespaces ``a`` and
+    ``b``, each with ``eth1`` at ``<subnet>.2/24`` and a default route through the router
+    namespace's ``<subnet>.1``, which forwards between them. Yields ``(a, router, b)`` and the
+    two hosts' addresses; all three are deleted afterwards (the veth pairs go with them).
+    ``partition(router)`` stops the router passing packets, ``heal(router)`` lets them through
+    again."""
+    with namespace() as a, namespace() as router, namespace() as b:
+        for ns, link, subnet in ((a, "ra", subnets[0]), (b, "rb", subnets[1])):
+            run("ip", "-n", router, "link", "add", link, "type", "veth", "peer", "name", "eth1", "netns", ns)
+            run("ip", "-n", router, "addr", "add", f"{subnet}.1/24", "dev", link)
+            run("ip", "-n", ns, "addr", "add", f"{subnet}.2/24", "dev", "eth1")
+            run("ip", "-n", router, "link", "set", link, "up")
+            run("ip", "-n", ns, "link", "set", "eth1", "up")
+            run("ip", "-n", ns, "route", "add", "default", "via", f"{subnet}.1")
+        run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", ns=router)
+        _wait_until_up(a, b)
+        yield (a, router, b), (f"{subnets[0]}.2", f"{subnets[1]}.2")
+
+
+def partition(router):
+    """The router drops every packet it would forward (nothing between the two hosts gets
+    through, and nobody is told: no reset, no ICMP)."""
+    rules = (
+        "table inet ucxnf_partition {\n  chain forward {\n"
+        "    type filter hook forward priority 0; policy drop;\n  }\n}\n"
+    )
+    run("nft", "-f", "-", ns=router, input=rules)
+
+
+def heal(router):
+    """Removes what ``partition`` added."""
+    run("nft", "delete", "table", "inet", "ucxnf_partition", ns=router)
 
 
 def drop_syns(ns, ports):

@@ -37,6 +37,33 @@ def test_import_makes_connects_non_blocking_only_where_unset():
     assert out.stdout.strip() == "n"
 
 
+PEER_TIMEOUT_SETTINGS = ("UCX_TCP_KEEPIDLE", "UCX_KEEPALIVE_INTERVAL", "UCX_KEEPALIVE_NUM_EPS", "UCX_TCP_USER_TIMEOUT")
+
+
+@pytest.mark.parametrize(
+    "peer_timeout, expected",
+    [
+        (None, ["inf", "3750ms", "inf", "15000ms"]),  # the default, 30 s
+        ("12", ["inf", "1500ms", "inf", "6000ms"]),
+        ("off", ["-", "-", "-", "-"]),  # UCX's own
+        ("soon", ["inf", "3750ms", "inf", "15000ms"]),  # refused on stderr: the default
+    ],
+)
+def test_import_bounds_how_long_a_silent_peer_goes_unnoticed(peer_timeout, expected):
+    # UCXA_PEER_TIMEOUT's settings (test_partitions.py shows what they do), each only where
+    # unset.
+    code = f"import os, ucp; print(*(os.environ.get(n, '-') for n in {PEER_TIMEOUT_SETTINGS}))"
+    env = {k: v for k, v in os.environ.items() if k not in (*PEER_TIMEOUT_SETTINGS, "UCXA_PEER_TIMEOUT")}
+    if peer_timeout is not None:
+        env["UCXA_PEER_TIMEOUT"] = peer_timeout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == expected
+    assert ("UCXA_PEER_TIMEOUT" in out.stderr) == (peer_timeout == "soon"), out.stderr
+    env["UCX_TCP_USER_TIMEOUT"] = "1m"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split()[3] == "1m"
+
+
 def test_init_twice_is_refused(fresh_ucp):
     ucp.init()
     with pytest.raises(RuntimeError, match="UCX is already initiated"):

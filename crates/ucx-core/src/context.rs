@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::error::{check, Error, Result, Status};
 use crate::live::{self, Kind};
-use crate::{log, request, sys, text, version};
+use crate::{log, peer_timeout, request, sys, text, version};
 
 /// A set of UCP features (`UCP_FEATURE_*`) a context is created with.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,6 +96,14 @@ pub const LIBRARY_DEFAULTS: &[(&str, &str)] = &[
     ("TCP_RX_SEG_SIZE", "256k"),
 ];
 
+/// Every UCX setting (name without `UCX_`, value) this library makes where the user set none:
+/// [`LIBRARY_DEFAULTS`], then those that bound how long a silent peer goes unnoticed
+/// ([`peer_timeout::ucx_settings`] of `UCXA_PEER_TIMEOUT`, read now; none where it is off).
+pub fn library_defaults() -> Vec<(&'static str, String)> {
+    let fixed = LIBRARY_DEFAULTS.iter().map(|(name, value)| (*name, value.to_string()));
+    fixed.chain(peer_timeout::from_env().into_iter().flat_map(peer_timeout::ucx_settings)).collect()
+}
+
 /// How to create a [`Context`]: features, UCX options, and whether the environment wins.
 #[derive(Clone, Debug)]
 pub struct ContextBuilder {
@@ -138,11 +146,11 @@ impl ContextBuilder {
         // the ucp configuration `config()` prints leaves out the transports' own (`TCP_*`).
         let mut settings: BTreeMap<String, String> =
             std::env::vars().filter_map(|(k, v)| k.strip_prefix("UCX_").map(|name| (name.to_string(), v))).collect();
-        for (name, value) in LIBRARY_DEFAULTS {
-            let chosen = settings.contains_key(*name) || self.options.iter().any(|(n, _)| n == name);
+        for (name, value) in library_defaults() {
+            let chosen = settings.contains_key(name) || self.options.iter().any(|(n, _)| n == name);
             if !chosen {
-                config.set(name, value)?;
-                settings.insert(name.to_string(), value.to_string());
+                config.set(name, &value)?;
+                settings.insert(name.to_string(), value);
             }
         }
         for (name, value) in &self.options {
@@ -235,7 +243,7 @@ impl Context {
     }
 
     /// The value given at creation for UCX setting `name` (without `UCX_`), by the builder's
-    /// options, [`LIBRARY_DEFAULTS`] or the environment, whichever UCX took; `None` where
+    /// options, [`library_defaults`] or the environment, whichever UCX took; `None` where
     /// none set it (UCX's default applies). Covers the transports' settings (`TCP_AF_PRIO`,
     /// `TCP_CONN_NB`), which [`Context::config`] does not list.
     pub fn setting(&self, name: &str) -> Option<&str> {

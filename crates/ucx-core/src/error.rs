@@ -158,12 +158,20 @@ impl Status {
 
     /// Whether the status means the connection to the peer failed or ended (as an endpoint's
     /// error callback reports it, or a close towards a peer already gone ends), not a local
-    /// mistake: a reset, a timeout, unreachable, not connected, or one of UCX's link and
+    /// mistake: a reset, a timeout (the endpoint's keepalive, or the transport's: a TCP
+    /// connection whose bytes went unacknowledged past its user timeout fails what was in flight
+    /// on it with `UCS_ERR_TIMED_OUT`), unreachable, not connected, or one of UCX's link and
     /// endpoint failures (`UCS_ERR_FIRST_LINK_FAILURE` to `UCS_ERR_LAST_ENDPOINT_FAILURE`).
     pub fn is_peer_failure(self) -> bool {
         const LINK_AND_ENDPOINT_FAILURES: std::ops::RangeInclusive<i8> = -89..=-40;
-        matches!(self, Status::ConnectionReset | Status::EndpointTimeout | Status::Unreachable | Status::NotConnected)
-            || matches!(self, Status::Other(raw) if LINK_AND_ENDPOINT_FAILURES.contains(&raw))
+        matches!(
+            self,
+            Status::ConnectionReset
+                | Status::EndpointTimeout
+                | Status::TimedOut
+                | Status::Unreachable
+                | Status::NotConnected
+        ) || matches!(self, Status::Other(raw) if LINK_AND_ENDPOINT_FAILURES.contains(&raw))
     }
 }
 
@@ -268,7 +276,13 @@ mod tests {
 
     #[test]
     fn peer_failure_statuses() {
-        for s in [Status::ConnectionReset, Status::EndpointTimeout, Status::Unreachable, Status::NotConnected] {
+        for s in [
+            Status::ConnectionReset,
+            Status::EndpointTimeout,
+            Status::TimedOut,
+            Status::Unreachable,
+            Status::NotConnected,
+        ] {
             assert!(s.is_peer_failure(), "{s:?}");
         }
         assert!(Status::Other(-45).is_peer_failure(), "a link failure");

@@ -3,8 +3,10 @@
 //! Nothing here knows tokio or asyncio.
 //!
 //! # Map of the crate
-//! - [`Context`] / [`ContextBuilder`] (`context`): features and UCX options; [`Config`]
-//!   (`config`) reads and prints UCX's configuration.
+//! - [`Context`] / [`ContextBuilder`] (`context`): features and UCX options, and the UCX
+//!   settings every context gets where the user chose none ([`library_defaults`]; among them
+//!   [`peer_timeout`]'s, which bound how long a peer whose network went silent goes
+//!   unnoticed); [`Config`] (`config`) reads and prints UCX's configuration.
 //! - [`Worker`] (`worker`): progress, the wakeup fd (`arm`/`signal`), address, flush, fence.
 //! - [`Listener`] and [`ConnRequest`] (`listener`): client-server connection set-up.
 //! - [`Endpoint`] (`endpoint`): connect by socket address or worker address, accept, peer
@@ -81,6 +83,7 @@ mod listener;
 pub mod live;
 mod log;
 mod owned;
+pub mod peer_timeout;
 mod proc_maps;
 mod request;
 mod rma;
@@ -103,7 +106,7 @@ pub use am::{AmMessage, AmProto, AmSendOptions};
 pub use buffer::{MemoryType, Pod, RecvBuffer, SendBuffer};
 pub use chunks::{RecvChunks, SendChunks};
 pub use config::Config;
-pub use context::{Context, ContextBuilder, Features, LIBRARY_DEFAULTS};
+pub use context::{library_defaults, Context, ContextBuilder, Features, LIBRARY_DEFAULTS};
 pub use endpoint::{CloseMode, Endpoint, EndpointParams};
 pub use error::{Error, Result, Status};
 pub use huge_shared::HugeSharedMapping;

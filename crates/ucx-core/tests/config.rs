@@ -65,10 +65,12 @@ fn library_defaults_apply_only_where_the_user_chose_nothing() {
     // Every default reaches UCX (a name or value it refused would fail the build) and shows
     // in `setting`, unless this process's environment chose the variable.
     let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
-    for (name, value) in LIBRARY_DEFAULTS {
+    let defaults = library_defaults();
+    assert!(defaults.len() > LIBRARY_DEFAULTS.len(), "the peer timeout's settings too: {defaults:?}");
+    for (name, value) in defaults {
         match std::env::var(format!("UCX_{name}")) {
             Ok(env) => assert_eq!(ctx.setting(name), Some(env.as_str()), "{name}"),
-            Err(_) => assert_eq!(ctx.setting(name), Some(*value), "{name}"),
+            Err(_) => assert_eq!(ctx.setting(name), Some(value.as_str()), "{name}"),
         }
     }
     assert!(LIBRARY_DEFAULTS.contains(&("TCP_CONN_NB", "y")), "non-blocking connects (docs/configuration.md)");
@@ -81,4 +83,28 @@ fn library_defaults_apply_only_where_the_user_chose_nothing() {
     let ctx = Context::builder().option("NET_DEVICES", "lo").build();
     std::env::remove_var("UCX_TCP_CONN_NB");
     assert_eq!(ctx.unwrap().setting("TCP_CONN_NB"), Some("n"));
+}
+
+#[test]
+fn a_silent_peer_is_noticed_within_30_s_by_default() {
+    // The default (docs/configuration.md has its measurement) and the UCX settings it becomes
+    // where UCXA_PEER_TIMEOUT is unset (set, it is the test run's choice).
+    assert_eq!(peer_timeout::DEFAULT, std::time::Duration::from_secs(30));
+    if std::env::var_os(peer_timeout::VARIABLE).is_some() {
+        return;
+    }
+    let defaults = library_defaults();
+    for (name, value) in [
+        ("TCP_KEEPIDLE", "inf"),
+        ("KEEPALIVE_INTERVAL", "3750ms"),
+        ("KEEPALIVE_NUM_EPS", "inf"),
+        ("TCP_USER_TIMEOUT", "15000ms"),
+    ] {
+        assert!(defaults.iter().any(|(n, v)| *n == name && v == value), "{name}={value} in {defaults:?}");
+    }
+    // UCX takes each of them (a name or value it refused would fail the build).
+    let ctx = Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+    if std::env::var_os("UCX_TCP_USER_TIMEOUT").is_none() {
+        assert_eq!(ctx.setting("TCP_USER_TIMEOUT"), Some("15000ms"));
+    }
 }

@@ -81,11 +81,12 @@ fn cuda_loaded(info: &str) -> bool {
 
 /// UCX's configuration from the environment, without creating a context (UCX-Py's
 /// `get_current_options`).
-/// ucx-core's `LIBRARY_DEFAULTS`: the UCX settings (names without `UCX_`) every context of
-/// this library gets where the user set none, for `import ucp` to show in the environment.
+/// ucx-core's `library_defaults()`: the UCX settings (names without `UCX_`) every context of
+/// this library gets where the user set none (`LIBRARY_DEFAULTS`, and what `UCXA_PEER_TIMEOUT`
+/// becomes), for `import ucp` to show in the environment.
 #[pyfunction]
-pub(crate) fn library_defaults() -> Vec<(&'static str, &'static str)> {
-    ucx_core::LIBRARY_DEFAULTS.to_vec()
+pub(crate) fn library_defaults() -> Vec<(&'static str, String)> {
+    ucx_core::library_defaults()
 }
 
 #[pyfunction]

@@ -82,12 +82,17 @@ pub(crate) fn new(py: Python<'_>, kind: Kind, msg: impl Into<String>) -> PyErr {
 }
 
 /// How a finished operation failed, as UCX-Py reported it: `"<{name}>: {status text}"`, with
-/// cancellation as `UCXCanceled`, the statuses of a failed peer as `UCXPeerFailure` and, for
-/// stream receives, the connection statuses named.
+/// cancellation as `UCXCanceled`, the statuses of a failed peer as `UCXPeerFailure` (a reset,
+/// UCX's keepalive timeout, and a transport's timeout: a TCP connection whose bytes went
+/// unacknowledged past its user timeout fails the operations on it with "Operation timed
+/// out" before UCX reports the endpoint failed) and, for stream receives, the connection
+/// statuses named.
 pub(crate) fn from_status(py: Python<'_>, name: &str, status: Status, stream_recv: bool) -> PyErr {
     match status {
         Status::Canceled => new(py, Kind::Canceled, format!("<{name}>: ")),
-        Status::ConnectionReset | Status::EndpointTimeout => new(py, Kind::PeerFailure, format!("<{name}>: {status}")),
+        Status::ConnectionReset | Status::EndpointTimeout | Status::TimedOut => {
+            new(py, Kind::PeerFailure, format!("<{name}>: {status}"))
+        }
         Status::NotConnected if stream_recv => new(py, Kind::NotConnected, format!("<{name}>: {status}")),
         Status::Unreachable if stream_recv => new(py, Kind::Unreachable, format!("<{name}>: {status}")),
         _ => new(py, Kind::Error, format!("<{name}>: {status}")),

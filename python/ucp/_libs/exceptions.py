@@ -13,7 +13,7 @@ address.
 Two classes are ours, one per cause of an endpoint's end, raised by every operation that
 the end fails (pending at that moment or started after):
 - `UCXPeerFailure`: the peer failed (its process ended, the connection was reset, keepalive
-  timed out).
+  timed out, its network went silent for ``UCXA_PEER_TIMEOUT`` seconds).
 - `UCXEndpointClosed`: this side closed or aborted the endpoint (also when the peer's close
   message asked it to).
 A caller's own cancel (task cancel, `asyncio.wait_for` timeout) raises
@@ -97,7 +97,8 @@ class UCXUnreachable(UCXBaseException):
 
 
 class UCXPeerFailure(UCXConnectionReset, UCXCanceled, UCXError):
-    """The peer failed: its process ended, the connection was reset or keepalive timed out.
+    """The peer failed: its process ended, the connection was reset, keepalive timed out, or
+    its network passed no packets for ``UCXA_PEER_TIMEOUT`` seconds (30 by default).
     UCX-Py raised ``UCXCanceled`` for receives pending at that moment, ``UCXError`` (with
     UCX's status text) for operations after, and ``UCXConnectionReset`` for some."""
 
