@@ -244,6 +244,8 @@ async fn a_failed_rail_fails_the_message_on_both_sides() {
         |g| async move {
             let g = g.unwrap();
             let mut got = vec![0u8; 64 << 20];
+            // Rail 1 fails while the receive waits on it. (A timer racing the transfer would
+            // not do: on one host 64 MiB can arrive within a few milliseconds.)
             let fail = async {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 g.rails()[1].abort();
@@ -255,6 +257,8 @@ async fn a_failed_rail_fails_the_message_on_both_sides() {
         },
         |g| async move {
             let g = g.unwrap();
+            // The send starts once the receiver's rail 1 has failed.
+            tokio::time::sleep(Duration::from_millis(200)).await;
             let sent = g.send(&data, &split).await;
             let later = tokio::time::timeout(Duration::from_secs(10), g.send(&data, &split)).await;
             assert!(later.expect("no hang").is_err(), "a send after the failure");
