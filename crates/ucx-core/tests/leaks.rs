@@ -30,7 +30,9 @@ fn every_ucx_object_is_destroyed_exactly_once() {
         let g = got.clone();
         server.set_am_handler(1, move |m| g.lock().unwrap().push(m)).unwrap();
         let data = pattern(200_000, 1);
-        let s = client_ep.am_send(1, &[1, 2], &data[..], AmSendOptions::default()).unwrap();
+        // Rendezvous, forced: by size alone UCX may send 200 kB eagerly (with 256 KiB TCP segments).
+        let rndv = AmSendOptions { proto: AmProto::Rendezvous, ..AmSendOptions::default() };
+        let s = client_ep.am_send(1, &[1, 2], &data[..], rndv).unwrap();
         progress_until(&[&server, &client], "an AM", || !got.lock().unwrap().is_empty());
         assert_eq!(live::count(Kind::AmData), 1, "a rendezvous message held");
         got.lock().unwrap().clear();
