@@ -400,9 +400,10 @@ impl Link {
         Some((desc, guard, self.acks_in ^ seq))
     }
 
-    /// Judges the answer to descriptor `desc` (`bytes`, [`Ack::LEN`] of them): `Ok` when the
-    /// peer took the bytes, or refused them only as too large for its receive (it reports
-    /// the truncation); an error naming why otherwise.
+    /// Judges the answer to descriptor `desc` (`bytes`,
+    /// [`Ack::LEN`](crate::wire::single_copy::Ack::LEN) of them): `Ok` when the peer took the
+    /// bytes, or refused them only as too large for its receive (it reports the truncation);
+    /// an error naming why otherwise.
     pub fn answered(&self, desc: &Descriptor, bytes: &[u8]) -> crate::Result<()> {
         use crate::wire::single_copy::{Ack, AckStatus};
         match Ack::decode(bytes) {
