@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and cheap to re-run: Debian packages (pkg-config,
 # a C compiler; hwloc's library, header and tools, which ucx-topology opens at run time and its
-# tests compare against; no libclang: ucx-core ships its UCX bindings, and only
+# tests compare against; iproute2 and nftables, with which the network-fault tests build and
+# cut networks between namespaces; no libclang: ucx-core ships its UCX bindings, and only
 # scripts/ci/bindings-check.sh, which installs it, runs bindgen), a virtualenv in .venv with the UCX wheel
 # (libucx-cu12) and the Python tools, the Rust workspace, and the Python extension installed
 # into .venv. Sourced by scripts/demo.sh and scripts/test.sh; run it alone to only set up.
@@ -13,7 +14,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # 1. System packages (Debian/Ubuntu). Skipped when already present.
 need_pkgs=()
-for p in pkg-config gcc libc6-dev libhwloc-dev hwloc; do
+for p in pkg-config gcc libc6-dev libhwloc-dev hwloc iproute2 nftables; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
