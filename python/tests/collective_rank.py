@@ -75,6 +75,26 @@ async def selftest(c):
     await cancelled_call(c)
 
 
+async def large_parts(c):
+    """Parts of 1 MiB, every byte checked, once every same-host single-copy link is up (they
+    come up in the background; never without peer error handling); prints how many messages
+    went that way, summed over the peers: ``SINGLE_COPY rank R: sent received``."""
+    others = [r for r in range(c.size) if r != c.rank]
+    links = lambda: [c._peer(r).single_copy for r in others]  # noqa: E731
+    if any(s[0] or s[1] for s in links()) or native.error_handling_parse(os.environ.get("UCXA_ERROR_HANDLING")):
+        for _ in range(10_000):
+            if all(s[0] and s[1] for s in links()):
+                break
+            await asyncio.sleep(0.001)
+    n = 1 << 20
+    got = await c.alltoallv([bytes([c.rank * 16 + d]) * n for d in range(c.size)])
+    for src, b in enumerate(got):
+        assert bytes(b) == bytes([src * 16 + c.rank]) * n, (src, c.rank, len(b))
+    sent = sum(s[2] for s in links())
+    received = sum(s[3] for s in links())
+    print(f"SINGLE_COPY rank {c.rank}: {sent} {received}", flush=True)
+
+
 async def cancelled_call(c):
     """An alltoallv cancelled while it waits (rank 0 calls it alone) leaves nothing behind:
     no task, and no receive still posted. A message each peer then sends on the tag that call
@@ -346,6 +366,7 @@ async def main():
         # Which transports reach the next rank: CMA only without error handling.
         print(f"CMA rank {c.rank}: {'cma' in c._peer((c.rank + 1) % c.size).ucx_info()}", flush=True)
         await selftest(c)
+        await large_parts(c)
     else:
         await mirror_alltoall(c, int(args[0]), int(args[1]))
     await c.close()

@@ -3,6 +3,7 @@ ucx-async's (the Rust ``alltoall`` example), the launcher's failure handling, an
 launcher variables. Ranks are separate processes on 127.0.0.1."""
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -47,8 +48,19 @@ def test_python_ranks_under_the_launcher(path):
     assert p.returncode == 0, p.stdout + p.stderr
     # The ranks share the pipe, so their lines may interleave.
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
-    # With error handling (the default) UCX keeps CMA off.
+    # With error handling (the default) UCX keeps CMA off, and large parts go by the
+    # same-host single-copy path instead (1 MiB from each of 2 peers at least), unless in
+    # batches smaller than its threshold.
     assert all(f"CMA rank {r}: False" in p.stdout for r in range(3)), p.stdout
+    least = 0 if path[:1] == ["buffered"] else 2
+    counts = _single_copy_counts(p.stdout)
+    assert len(counts) == 3 and all(s >= least and r >= least for s, r in counts), p.stdout
+
+
+def _single_copy_counts(stdout):
+    """Each rank's ``SINGLE_COPY rank R: sent received`` as ``(sent, received)`` (the ranks
+    share the pipe, so a line may run on into another rank's)."""
+    return [(int(s), int(r)) for s, r in re.findall(r"SINGLE_COPY rank \d+: (\d+) (\d+)", stdout)]
 
 
 @pytest.mark.parametrize("error_handling", ["peer", "none"])
@@ -115,6 +127,7 @@ def test_python_ranks_without_error_handling(path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert all(f"OK rank {r}" in p.stdout for r in range(3)), p.stdout
     assert all(f"CMA rank {r}: True" in p.stdout for r in range(3)), p.stdout
+    assert _single_copy_counts(p.stdout) == [(0, 0)] * 3, p.stdout
 
 
 def test_a_rank_whose_error_handling_differs_is_refused_by_name():

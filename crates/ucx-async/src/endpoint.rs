@@ -214,6 +214,20 @@ impl Endpoint {
         Ok(Self::established(worker, core, state, tags, None, false))
     }
 
+    /// [`Endpoint::connect_to_worker_with`] for a communicator's pair of ranks, which both
+    /// start the single-copy hello exchange on `tags` (`ucx_core::wire::single_copy::pair_tags`).
+    pub(crate) fn connect_to_rank(
+        worker: &Worker,
+        address: &WorkerAddress,
+        tags: Tags,
+        options: ConnectOptions,
+    ) -> Result<Endpoint> {
+        let state = Arc::new(EpState::new());
+        let params = params(&state, worker, options.error_handling);
+        let core = ucx_core::Endpoint::connect_to_worker(worker.core(), address, params)?;
+        Ok(Self::established(worker, core, state, Some(tags), None, true))
+    }
+
     pub(crate) async fn accept(
         worker: &Worker,
         request: ucx_core::ConnRequest,

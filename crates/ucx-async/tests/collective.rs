@@ -433,6 +433,51 @@ async fn ranks_without_error_handling_move_the_same_bytes_over_shared_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_with_error_handling_move_large_parts_by_single_copy() {
+    for path in [DataPath::Direct, DataPath::Buffered] {
+        let results = world_joined(
+            3,
+            |_| true,
+            move |mut c| async move {
+                c.set_data_path(path);
+                // Buffered: batches of 1 MiB go by single copy, the 4099-byte ones would not.
+                c.set_bounce(Bounce { batch: 1 << 20, depth: 2 }).unwrap();
+                let others: Vec<usize> = (0..c.size()).filter(|&r| r != c.rank()).collect();
+                // The hellos are exchanged in the background; wait until every link is on.
+                let t0 = std::time::Instant::now();
+                while !others.iter().all(|&r| {
+                    let n = c.endpoint(r).unwrap().single_copy();
+                    n.sending && n.receiving
+                }) {
+                    assert!(t0.elapsed() < Duration::from_secs(10), "the single-copy links come up");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                checked_rounds(&c, 4).await;
+                // A part of exactly the threshold and one larger, every byte checked.
+                for len in [64 << 10, 5 << 20] {
+                    let mine: Vec<Vec<u8>> = (0..c.size()).map(|d| vec![(c.rank() * 16 + d) as u8; len]).collect();
+                    let refs: Vec<&[u8]> = mine.iter().map(|p| &p[..]).collect();
+                    let got = c.alltoallv(&refs).await.unwrap();
+                    for (src, bytes) in got.iter().enumerate() {
+                        assert!(bytes.len() == len && bytes.iter().all(|&b| b == (src * 16 + c.rank()) as u8));
+                    }
+                }
+                let counts: Vec<_> = others.iter().map(|&r| c.endpoint(r).unwrap().single_copy()).collect();
+                c.close().await.unwrap();
+                counts
+            },
+        )
+        .await;
+        for r in results {
+            for n in r.unwrap() {
+                // Each pair exchanged at least the two large rounds that way, each way.
+                assert!(n.sent >= 2 && n.received >= 2, "{path:?}: {n:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_whose_error_handling_differs_from_rank_0s_is_refused_by_name() {
     let results = world_joined(2, |rank| rank == 0, |c| async move { c.rank() }).await;
     let e = results[0].as_ref().unwrap_err();

@@ -106,7 +106,6 @@ pub(crate) fn multi_frame_decode(bytes: &[u8]) -> PyResult<(bool, Vec<(bool, u64
     Ok((more, frames.into_iter().map(|f| (f.cuda, f.len)).collect()))
 }
 
-/// Registers this module's functions and sizes on the extension module.
 /// Our `ctrl_tag` for a UCX-Py handshake whose `msg_tag` is `msg_tag`: it carries the mark
 /// of the same-host single-copy path (`wire::single_copy`), or is `None` where the path is
 /// turned off (`UCXA_SINGLE_COPY=0`; the caller draws a random one then, as UCX-Py does).
@@ -127,8 +126,19 @@ pub(crate) fn single_copy_threshold() -> usize {
     ucx_core::single_copy::threshold()
 }
 
+/// The single-copy data tags of the link between ranks `me` and `peer` of a communicator
+/// whose ranks' worker addresses are `table`: `(receive tag, send tag)`, for
+/// `Endpoint.start_single_copy`.
+#[pyfunction]
+pub(crate) fn single_copy_pair_tags(table: Vec<Vec<u8>>, me: usize, peer: usize) -> (u64, u64) {
+    let table: Vec<&[u8]> = table.iter().map(Vec::as_slice).collect();
+    wire::single_copy::pair_tags(&table, me, peer)
+}
+
+/// Registers this module's functions and sizes on the extension module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(single_copy_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(single_copy_pair_tags, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_marked, m)?)?;
     m.add_function(wrap_pyfunction!(peer_info_encode, m)?)?;
@@ -146,5 +156,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CTRL_MSG_LEN", CtrlMsg::LEN)?;
     m.add("MULTI_FRAME_HEADER_LEN", multi_frame::LEN)?;
     m.add("MULTI_FRAME_MAX_FRAMES", multi_frame::FRAMES)?;
+    m.add("SINGLE_COPY_DESCRIPTOR_LEN", wire::single_copy::Descriptor::LEN)?;
     Ok(())
 }

@@ -18,9 +18,10 @@ use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
+use crate::core::wire::single_copy::pair_tags;
 use crate::core::{huge_pages, RecvBuffer, SendBuffer, FULL_MASK};
 use crate::posting::join_posted;
-use crate::{ConnectOptions, Endpoint, Error, Listener, Result, Worker};
+use crate::{ConnectOptions, Endpoint, Error, Listener, Result, Tags, Worker};
 
 /// How long a rank keeps trying to reach rank 0, which may start later.
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -221,9 +222,21 @@ impl Communicator {
         eh: bool,
     ) -> Result<Communicator> {
         let options = ConnectOptions { error_handling: eh, ..ConnectOptions::default() };
+        // With peer error handling UCX serves ranks on one host with TCP, so each pair of
+        // ranks also starts the same-host single-copy path (see `crate::single_copy`); without
+        // it UCX's own shared memory and CMA do as well.
+        let addresses: Vec<&[u8]> = table.iter().map(|a| a.as_bytes()).collect();
         let peers = table
             .iter()
-            .map(|a| Endpoint::connect_to_worker_with(worker, a, None, options))
+            .enumerate()
+            .map(|(r, a)| match eh && r != rank && ucx_core::single_copy::enabled() {
+                true => {
+                    let (msg_recv, msg_send) = pair_tags(&addresses, rank, r);
+                    let tags = Tags { msg_send, msg_recv, ctrl_send: None, ctrl_recv: None };
+                    Endpoint::connect_to_rank(worker, a, tags, options)
+                }
+                false => Endpoint::connect_to_worker_with(worker, a, None, options),
+            })
             .collect::<Result<Vec<_>>>()?;
         let comm = Communicator {
             rank,

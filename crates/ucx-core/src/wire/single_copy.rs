@@ -6,6 +6,9 @@
 //!   of it, where UCX-Py draws a second random tag). Tags stay unique per endpoint; a stock
 //!   peer's random `ctrl_tag` carries the mark with a chance of 2^-64, and even then it only
 //!   receives a [`Hello`] it never reads.
+//! - **A communicator's pairs** carry no handshake: each pair of ranks derives its link's
+//!   data tags from the ranks' worker addresses with [`pair_tags`], and both start the hello
+//!   exchange (only with peer error handling: without it UCX's own CMA serves one host).
 //! - **The hello** (on [`hello_tag`] of the receiver's `msg_tag`): this process's boot id, pid
 //!   namespace and pid, and where a 16-byte nonce sits in its memory. The receiver reads the
 //!   nonce there with `process_vm_readv`; only if it finds it can it read the sender's memory
@@ -35,6 +38,7 @@ const MARK: u64 = 0x7563_7861_2d31_6370; // "ucxa-1cp"
 const HELLO: u64 = 0x6865_6c6c_6f2d_3163; // "hello-1c"
 const ACK: u64 = 0x6163_6b2d_312d_6370; // "ack-1-cp"
 const MAGIC: u64 = 0x7563_7861_2064_6573; // "ucxa des"
+const PAIR: u64 = 0x7061_6972_2d31_6370; // "pair-1cp"
 
 /// Our `ctrl_tag` for a UCX-Py handshake whose `msg_tag` is `msg_tag`: the mark that says we
 /// speak the single-copy path.
@@ -56,6 +60,26 @@ pub fn hello_tag(msg_tag: u64) -> u64 {
 /// the answer to descriptor `seq` travels on `ack_tag(msg_tag) ^ seq`.
 pub fn ack_tag(msg_tag: u64) -> u64 {
     hash64bits(&[msg_tag, ACK])
+}
+
+/// The data tags of the link between ranks `me` and `peer` of a communicator whose ranks'
+/// worker addresses are `table` (its endpoints come from worker addresses: no handshake carries
+/// tags or the mark): `(the tag me receives on, the tag it sends on)`. Every rank holds the
+/// same table, so both ends derive the same pair, and communicators of other tables on the
+/// same worker get others.
+pub fn pair_tags(table: &[&[u8]], me: usize, peer: usize) -> (u64, u64) {
+    let mut words = vec![PAIR, table.len() as u64];
+    for address in table {
+        words.push(address.len() as u64);
+        words.extend(address.chunks(8).map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        }));
+    }
+    let table = hash64bits(&words);
+    let tag = |from: usize, to: usize| hash64bits(&[table, from as u64, to as u64, PAIR]);
+    (tag(peer, me), tag(me, peer))
 }
 
 /// A process's offer to be read from.
@@ -240,6 +264,19 @@ impl Ack {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_of_ranks_derives_mirrored_tags_unique_to_its_table() {
+        let table: [&[u8]; 3] = [b"rank zero address", b"rank one", b"rank two, the longest address"];
+        let (recv01, send01) = pair_tags(&table, 0, 1);
+        let (recv10, send10) = pair_tags(&table, 1, 0);
+        assert_eq!((recv01, send01), (send10, recv10), "each end receives on what the other sends on");
+        assert_ne!(recv01, send01);
+        assert_ne!(pair_tags(&table, 0, 2), (recv01, send01));
+        let other: [&[u8]; 3] = [b"rank zero address", b"rank one", b"rank two, another address"];
+        assert_ne!(pair_tags(&other, 0, 1), (recv01, send01), "another communicator's table");
+        assert_ne!(pair_tags(&table[..2], 0, 1), (recv01, send01), "a table of other length");
+    }
 
     #[test]
     fn the_mark_is_recognised_and_a_random_ctrl_tag_is_not() {
