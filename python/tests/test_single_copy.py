@@ -144,9 +144,17 @@ def test_a_receive_too_small_is_a_truncation_and_the_endpoint_goes_on(progress_m
         await _until_on(client)
         await _until_on(server)
         out = _data(1 << 20, 1)
-        # As for a message UCX itself finds too long: UCXError, "Message truncated".
-        with pytest.raises(ucp.exceptions.UCXError, match="(?i)truncated"):
-            await asyncio.gather(client.send(out), server.recv(np.empty(1 << 19, dtype="u1")))
+        # As for a message UCX itself finds too long: UCXError, "Message truncated", and the
+        # sender is answered, whatever the receive's room: fewer bytes than a descriptor too.
+        for room in (1 << 19, 63, 8, 0):
+            send = asyncio.ensure_future(client.send(out))
+            with pytest.raises(ucp.exceptions.UCXError, match="(?i)truncated"):
+                await server.recv(np.empty(room, dtype="u1"))
+            await asyncio.wait_for(send, 10)
+        # Small messages still arrive whole in small receives.
+        small = np.empty(5, dtype="u1")
+        await asyncio.gather(client.send(out[:5]), server.recv(small))
+        np.testing.assert_array_equal(small, out[:5])
         back = np.empty(1 << 20, dtype="u1")
         await asyncio.gather(client.send(out), server.recv(back))
         np.testing.assert_array_equal(back, out)

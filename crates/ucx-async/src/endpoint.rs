@@ -21,6 +21,7 @@ use crate::liveness::{watch_ctrl, AmWait, EpState, Watched, CLOSED};
 use crate::op::{Completes, CompletesOwned, Load};
 use crate::single_copy::{read_error, SingleCopy};
 use crate::worker::{Swept, Worker};
+use ucx_core::single_copy::Receive;
 
 /// How long dropping one unreceived message may progress the worker (a rendezvous whose
 /// sender is gone is never done; it is left to UCX).
@@ -438,8 +439,27 @@ impl Endpoint {
     /// UCX never finishes the receive and the drop does not return (a limit of UCX;
     /// docs/reliability.md). [`Endpoint::recv_owned`] never blocks when dropped.
     pub async fn recv_tag<B: RecvBuffer + ?Sized>(&self, buf: &mut B, tag: u64, mask: u64) -> Result<usize> {
-        let state = &self.inner.state;
-        self.may_receive("Endpoint::recv", tag, mask)?;
+        const OP: &str = "Endpoint::recv";
+        self.may_receive(OP, tag, mask)?;
+        let c = match &self.inner.single_copy {
+            // What arrives may be a single-copy descriptor (see `ucx_core::single_copy::Receive`).
+            Some(sc) => {
+                let mut r = Receive::new(&mut *buf);
+                let c = self.receive(&mut r, tag, mask).await?;
+                // SAFETY: the receive into `r` has finished.
+                unsafe { sc.link.finish(&self.inner.core, c, &mut r) }
+                    .map_err(|e| read_error(&self.inner.state, OP, e))?
+            }
+            None => self.receive(buf, tag, mask).await?,
+        };
+        self.inner.state.recv_finished();
+        yield_after_reading(c.length).await;
+        Ok(c.length)
+    }
+
+    /// Posts a tag receive into `buf` and waits for it (the endpoint's failure or close ends
+    /// the wait; dropping the future cancels it as `recv_tag` says).
+    async fn receive<R: RecvBuffer + ?Sized>(&self, buf: &mut R, tag: u64, mask: u64) -> Result<ucx_core::Completion> {
         let load = Load::new(buf.byte_len(), buf.memory_type());
         let s = self
             .inner
@@ -449,32 +469,7 @@ impl Endpoint {
             .recv(self.inner.worker.core(), buf, tag, mask)
             .map_err(|e| self.cause("Endpoint::recv", e))?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).moving(load);
-        let c = Watched::new(fut, state, Some(&self.inner.core)).await?;
-        let c = self.read_through(c, buf.as_mut_ptr(), buf.byte_len(), buf.memory_type(), "Endpoint::recv")?;
-        state.recv_finished();
-        yield_after_reading(c.length).await;
-        Ok(c.length)
-    }
-
-    /// A finished receive's completion, read through from the sender's memory if it was a
-    /// single-copy descriptor (`buf`: the receive's `capacity` bytes of `memory`).
-    fn read_through(
-        &self,
-        c: ucx_core::Completion,
-        buf: *mut u8,
-        capacity: usize,
-        memory: MemoryType,
-        op: &'static str,
-    ) -> Result<ucx_core::Completion> {
-        match &self.inner.single_copy {
-            Some(sc) if sc.link.receives() && memory == MemoryType::Host => {
-                // SAFETY: `buf` is the finished receive's buffer, `capacity` bytes of host
-                // memory that the caller holds (borrowed or owned) across this call.
-                unsafe { sc.link.read_through(&self.inner.core, c, buf, capacity) }
-                    .map_err(|e| read_error(&self.inner.state, op, e))
-            }
-            _ => Ok(c),
-        }
+        Watched::new(fut, &self.inner.state, Some(&self.inner.core)).await
     }
 
     /// `e`, or the endpoint's own error if it went down meanwhile (the error's cause).
@@ -520,9 +515,33 @@ impl Endpoint {
     /// until UCX lets go of it, then is freed. A message UCX had already matched to this receive is
     /// lost; an unmatched one goes to the next receive.
     pub async fn recv_owned<B: RecvBuffer + Send + 'static>(&self, buf: B) -> Result<(B, usize)> {
-        let tag = self.msg_tags("Endpoint::recv_owned")?.msg_recv;
-        let state = &self.inner.state;
-        self.may_receive("Endpoint::recv_owned", tag, FULL_MASK)?;
+        const OP: &str = "Endpoint::recv_owned";
+        let tag = self.msg_tags(OP)?.msg_recv;
+        self.may_receive(OP, tag, FULL_MASK)?;
+        let (buf, c) = match &self.inner.single_copy {
+            // What arrives may be a single-copy descriptor (see `ucx_core::single_copy::Receive`).
+            Some(sc) => {
+                let (mut r, c) = self.receive_owned(Receive::new(buf), tag).await?;
+                // SAFETY: the receive into `r` has finished.
+                let c = unsafe { sc.link.finish(&self.inner.core, c, &mut r) }
+                    .map_err(|e| read_error(&self.inner.state, OP, e))?;
+                (r.into_inner(), c)
+            }
+            None => self.receive_owned(buf, tag).await?,
+        };
+        self.inner.state.recv_finished();
+        yield_after_reading(c.length).await;
+        Ok((buf, c.length))
+    }
+
+    /// Posts a tag receive into `buf`, owned by the operation, and waits for it; returns the
+    /// buffer with the completion.
+    async fn receive_owned<R: RecvBuffer + Send + 'static>(
+        &self,
+        buf: R,
+        tag: u64,
+    ) -> Result<(R, ucx_core::Completion)> {
+        const OP: &str = "Endpoint::recv_owned";
         let load = Load::new(buf.byte_len(), buf.memory_type());
         let op = self
             .inner
@@ -530,16 +549,15 @@ impl Endpoint {
             .inner
             .unclaimed
             .recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)
-            .map_err(|e| self.cause("Endpoint::recv_owned", e))?;
+            .map_err(|e| self.cause(OP, e))?;
         let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
-        let mut watched = Watched::new(fut, state, Some(&self.inner.core));
+        let mut watched = Watched::new(fut, &self.inner.state, Some(&self.inner.core));
         let c = (&mut watched).await?;
-        let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer);
-        let mut buf = buf.expect("a completed operation returns its buffer");
-        let c = self.read_through(c, buf.as_mut_ptr(), buf.byte_len(), buf.memory_type(), "Endpoint::recv_owned")?;
-        state.recv_finished();
-        yield_after_reading(c.length).await;
-        Ok((buf, c.length))
+        let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer).ok_or_else(|| Error::Protocol {
+            op: OP,
+            detail: "a finished receive did not give its buffer back".into(),
+        })?;
+        Ok((buf, c))
     }
 
     /// Sends `buf` as an active message the UCX-Py way (handler 0, a 4-byte header with the

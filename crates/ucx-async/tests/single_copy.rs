@@ -77,15 +77,35 @@ async fn a_receive_too_small_for_a_single_copy_message_is_a_truncation() {
     let (server, client, _l) = pair().await;
     until_on(&server, &client).await;
     let data = pattern(1 << 20, 1);
-    let mut small = vec![0u8; 1 << 19];
-    let (sent, got) = tokio::join!(client.send(&data[..]), server.recv(&mut small[..]));
-    sent.unwrap();
-    assert_eq!(got.unwrap_err().status(), Status::MessageTruncated);
-    // The endpoint goes on.
+    let limit = Duration::from_secs(10);
+    // Half the message's room, fewer bytes than a descriptor (the sender must still be
+    // answered), and none; borrowed and owned.
+    for room in [1 << 19, 63, 8, 0] {
+        let mut small = vec![0u8; room];
+        let both = async { tokio::join!(client.send(&data[..]), server.recv(&mut small[..])) };
+        let (sent, got) = tokio::time::timeout(limit, both).await.expect("the sender is answered");
+        sent.unwrap();
+        assert_eq!(got.unwrap_err().status(), Status::MessageTruncated, "{room} bytes");
+        let both = async { tokio::join!(client.send(&data[..]), server.recv_owned(vec![0u8; room])) };
+        let (sent, got) = tokio::time::timeout(limit, both).await.expect("the sender is answered (owned receive)");
+        sent.unwrap();
+        assert_eq!(got.unwrap_err().status(), Status::MessageTruncated, "{room} bytes, owned");
+    }
+    // Small messages still arrive whole in small receives, and the endpoint goes on.
+    for room in [63usize, 8] {
+        client.send(&data[..5]).await.unwrap();
+        let mut small = vec![0u8; room];
+        assert_eq!(server.recv(&mut small[..]).await.unwrap(), 5);
+        assert_eq!(&small[..5], &data[..5]);
+        client.send(&data[..5]).await.unwrap();
+        let (small, n) = server.recv_owned(vec![0u8; room]).await.unwrap();
+        assert_eq!((n, &small[..5]), (5, &data[..5]));
+    }
     let mut whole = vec![0u8; 1 << 20];
     let (sent, got) = tokio::join!(client.send(&data[..]), server.recv(&mut whole[..]));
     sent.unwrap();
     assert_eq!(got.unwrap(), 1 << 20);
+    assert!(whole == data);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

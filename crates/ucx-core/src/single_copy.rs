@@ -27,6 +27,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::wire::single_copy::{Descriptor, Hello};
+use crate::{RecvBuffer, SendBuffer};
 
 /// The smallest message sent by descriptor when nothing else is set (`UCXA_SINGLE_COPY_MIN`).
 /// Below it the descriptor's round trip costs more than TCP moving the bytes (docs: the
@@ -457,6 +458,38 @@ impl Link {
         read.map(|length| crate::Completion { length, ..c })
     }
 
+    /// Finishes a receive made into `r` ([`Receive`]): through [`Link::read_through`] for host
+    /// memory (device memory keeps `c` as it is), and, where UCX received into the room,
+    /// copies what arrived into the buffer, or fails as too large for it.
+    ///
+    /// # Safety
+    /// The receive into `r` has finished: UCX no longer writes its memory.
+    pub unsafe fn finish<B: RecvBuffer>(
+        &self,
+        ep: &crate::Endpoint,
+        c: crate::Completion,
+        r: &mut Receive<B>,
+    ) -> Result<crate::Completion, ReadError> {
+        let Some(room) = r.room.as_mut() else {
+            if r.buf.memory_type() != crate::MemoryType::Host {
+                return Ok(c);
+            }
+            let (buf, capacity) = (r.buf.as_mut_ptr(), r.buf.byte_len());
+            // SAFETY: `buf` is the receive's host memory, `capacity` bytes, finished (the
+            // caller's promise).
+            return unsafe { self.read_through(ep, c, buf, capacity) };
+        };
+        // SAFETY: the room is host memory of `Descriptor::LEN` bytes, finished.
+        let c = unsafe { self.read_through(ep, c, room.as_mut_ptr(), Descriptor::LEN) }?;
+        if c.length > r.buf.byte_len() {
+            return Err(ReadError::TooLarge { len: c.length });
+        }
+        // SAFETY: the buffer is host memory (`Receive::new`) of at least `c.length` writable
+        // bytes, and the room holds `c.length` bytes; they do not overlap (the room is ours).
+        unsafe { std::ptr::copy_nonoverlapping(room.as_ptr(), r.buf.as_mut_ptr(), c.length) };
+        Ok(c)
+    }
+
     /// Which ways the link is on, and how many messages crossed it.
     pub fn counts(&self) -> Counts {
         Counts {
@@ -464,6 +497,55 @@ impl Link {
             receiving: self.receives(),
             sent: self.sent.load(Ordering::Relaxed),
             received: self.received.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A receive's buffer on an endpoint with a link. A host buffer of fewer than
+/// [`Descriptor::LEN`] bytes lends UCX a descriptor's room in its place: a descriptor cut
+/// short there could not be answered, and its sender would wait until the endpoint ended;
+/// received whole, it is answered "too large" and the receive fails as truncated, as over UCX.
+/// [`Link::finish`] completes the receive (and copies from the room).
+pub struct Receive<B> {
+    buf: B,
+    /// Inline: a borrowed receive keeps it in its future (pinned), an owned one in the
+    /// operation's box, so it does not move while UCX may write it.
+    room: Option<[u8; Descriptor::LEN]>,
+}
+
+impl<B: RecvBuffer> Receive<B> {
+    /// `buf` as a receive on a linked endpoint.
+    pub fn new(buf: B) -> Receive<B> {
+        let small = buf.byte_len() < Descriptor::LEN && buf.memory_type() == crate::MemoryType::Host;
+        Receive { room: small.then_some([0u8; Descriptor::LEN]), buf }
+    }
+
+    /// The caller's buffer.
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+}
+
+// SAFETY: the room is `Descriptor::LEN` initialised host bytes owned here; otherwise `buf`'s
+// memory, as `B` promises. Either lives as long as `self`.
+unsafe impl<B: RecvBuffer> SendBuffer for Receive<B> {
+    fn as_ptr(&self) -> *const u8 {
+        self.room.as_ref().map_or(self.buf.as_ptr(), |r| r.as_ptr())
+    }
+    fn byte_len(&self) -> usize {
+        self.room.as_ref().map_or(self.buf.byte_len(), |r| r.len())
+    }
+    fn memory_type(&self) -> crate::MemoryType {
+        self.room.as_ref().map_or(self.buf.memory_type(), |_| crate::MemoryType::Host)
+    }
+}
+
+// SAFETY: as above, writable: the room is ours, `buf` is `B`'s writable memory.
+unsafe impl<B: RecvBuffer> RecvBuffer for Receive<B> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self.room.as_mut() {
+            Some(r) => r.as_mut_ptr(),
+            None => self.buf.as_mut_ptr(),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use ucx_core::single_copy::Receive;
 use ucx_core::{wire, AmSendOptions, EndpointParams, MemoryType, Owned, SendBuffer, FULL_MASK};
 
 use crate::am::AmQueues;
@@ -64,17 +65,19 @@ impl TagRecv<'_> {
         let nbytes = buf.len();
         let spin_us = submit::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
+        let expect = Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) };
+        let owner = self.ep.map(|e| e.clone() as Arc<dyn OpOwner>);
         // On an endpoint with a single-copy link, what arrives may be a descriptor.
         let link = self.ep.and_then(|e| Some((e.single_copy.get()?.clone(), lock(&e.ep).clone()?)));
-        let op = Submission {
-            submitted: engine
-                .unclaimed
-                .recv_owned(&engine.worker, buf, self.tag, self.mask)
-                .map(|o| single_copy::read_through(o, link)),
-            expect: Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) },
-            owner: self.ep.map(|e| e.clone() as Arc<dyn OpOwner>),
+        let Some(link) = link else {
+            let submitted = engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask);
+            return submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin_us);
         };
-        submit::track_spinning(engine, py, op, on_done, spin_us)
+        let submitted = engine
+            .unclaimed
+            .recv_owned(&engine.worker, Receive::new(buf), self.tag, self.mask)
+            .map(|o| single_copy::read_through(o, link));
+        submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin_us)
     }
 }
 

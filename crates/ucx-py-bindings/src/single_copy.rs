@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use ucx_core::single_copy::{Guard, Link};
+use ucx_core::single_copy::{Guard, Link, Receive};
 use ucx_core::wire::single_copy::{Ack, Descriptor, Hello, Verdict};
 use ucx_core::{MemoryType, Owned, SendBuffer, FULL_MASK};
 
@@ -111,14 +111,18 @@ pub(crate) fn send(
     }))
 }
 
-/// A receive's operation, finished through `link` if it has one (see the module doc).
-pub(crate) fn read_through(op: Owned<PyBufMut>, link: Option<(Arc<Link>, ucx_core::Endpoint)>) -> Owned<PyBufMut> {
-    let Some((link, ep)) = link else { return op };
-    op.then(move |buf, c| {
-        if buf.memory_type() != MemoryType::Host {
+/// A receive's operation on an endpoint with `link`, finished through it (see the module doc):
+/// a descriptor that arrives is read through (`Link::finish`; a buffer smaller than one
+/// received into a descriptor's room, so its sender is answered).
+pub(crate) fn read_through(
+    op: Owned<Receive<PyBufMut>>,
+    (link, ep): (Arc<Link>, ucx_core::Endpoint),
+) -> Owned<Receive<PyBufMut>> {
+    op.then(move |r, c| {
+        if r.memory_type() != MemoryType::Host {
             // A descriptor cannot be read into device memory. A receive of exactly its size
             // that got 64 bytes fails anyway (UCX-Py's length check): say what it likely was.
-            if link.receives() && c.length == Descriptor::LEN && buf.byte_len() > Descriptor::LEN {
+            if link.receives() && c.length == Descriptor::LEN && r.byte_len() > Descriptor::LEN {
                 return Err(ucx_core::Error::with_detail(
                     "recv",
                     ucx_core::Status::MessageTruncated,
@@ -129,10 +133,8 @@ pub(crate) fn read_through(op: Owned<PyBufMut>, link: Option<(Arc<Link>, ucx_cor
             }
             return Ok(c);
         }
-        let capacity = buf.byte_len();
-        // SAFETY: `buf` is the finished receive's host buffer, `capacity` bytes, which UCX no
-        // longer writes and which the operation holds across this call.
-        unsafe { link.read_through(&ep, c, ucx_core::RecvBuffer::as_mut_ptr(buf), capacity) }
-            .map_err(|e| e.into_error("recv"))
+        // SAFETY: the receive into `r` has finished (this runs on its completion), and the
+        // operation holds `r` across this call.
+        unsafe { link.finish(&ep, c, r) }.map_err(|e| e.into_error("recv"))
     })
 }
