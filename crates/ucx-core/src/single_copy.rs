@@ -428,7 +428,7 @@ impl Link {
     /// # Safety
     /// `buf` must be host memory valid for reads and writes of `capacity` bytes, which UCX no
     /// longer writes.
-    pub unsafe fn read_through(
+    unsafe fn read_through(
         &self,
         ep: &crate::Endpoint,
         c: crate::Completion,
@@ -458,9 +458,10 @@ impl Link {
         read.map(|length| crate::Completion { length, ..c })
     }
 
-    /// Finishes a receive made into `r` ([`Receive`]): through [`Link::read_through`] for host
-    /// memory (device memory keeps `c` as it is), and, where UCX received into the room,
-    /// copies what arrived into the buffer, or fails as too large for it.
+    /// Finishes a receive made into `r` ([`Receive`]): for host memory (device memory keeps
+    /// `c` as it is), a descriptor that arrived is read from the sender's memory into the
+    /// buffer and its sender answered; where UCX received into the room, what arrived is copied
+    /// into the buffer, or the receive fails as too large for it.
     ///
     /// # Safety
     /// The receive into `r` has finished: UCX no longer writes its memory.

@@ -126,18 +126,25 @@ pub(crate) fn single_copy_threshold() -> usize {
     ucx_core::single_copy::threshold()
 }
 
-/// The single-copy data tags of the link between ranks `me` and `peer` of a communicator
-/// whose ranks' worker addresses are `table`: `(receive tag, send tag)`, for
-/// `Endpoint.start_single_copy`.
+/// A communicator's key for `single_copy_pair_tags`: a hash of its ranks' worker addresses
+/// `table` (computed once per communicator).
 #[pyfunction]
-pub(crate) fn single_copy_pair_tags(table: Vec<Vec<u8>>, me: usize, peer: usize) -> (u64, u64) {
+pub(crate) fn single_copy_table_key(table: Vec<Vec<u8>>) -> u64 {
     let table: Vec<&[u8]> = table.iter().map(Vec::as_slice).collect();
-    wire::single_copy::pair_tags(&table, me, peer)
+    wire::single_copy::table_key(&table)
+}
+
+/// The single-copy data tags of the link between ranks `me` and `peer` of the communicator of
+/// key `key`: `(receive tag, send tag)`, for `Endpoint.start_single_copy`.
+#[pyfunction]
+pub(crate) fn single_copy_pair_tags(key: u64, me: usize, peer: usize) -> (u64, u64) {
+    wire::single_copy::pair_tags(key, me, peer)
 }
 
 /// Registers this module's functions and sizes on the extension module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(single_copy_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(single_copy_table_key, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_pair_tags, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_marked, m)?)?;
@@ -156,6 +163,5 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CTRL_MSG_LEN", CtrlMsg::LEN)?;
     m.add("MULTI_FRAME_HEADER_LEN", multi_frame::LEN)?;
     m.add("MULTI_FRAME_MAX_FRAMES", multi_frame::FRAMES)?;
-    m.add("SINGLE_COPY_DESCRIPTOR_LEN", wire::single_copy::Descriptor::LEN)?;
     Ok(())
 }

@@ -109,9 +109,10 @@ class Communicator:
             if error_handling:
                 # UCX then serves ranks on one host with TCP: each pair of ranks also starts
                 # the same-host single-copy path, on tags both derive from the table.
+                key = _native.single_copy_table_key(list(table))
                 for r, ep in enumerate(eps):
                     if r != rank:
-                        ep._ep.start_single_copy(*_native.single_copy_pair_tags(list(table), rank, r))
+                        ep._ep.start_single_copy(*_native.single_copy_pair_tags(key, rank, r))
             comm = cls(rank, eps)
             await comm.barrier()
             for ep in boot:  # aborted on both sides, as ucx-async does: a close would leave a

@@ -8,8 +8,6 @@ from .. import _ucx_async as _native
 from .._libs.exceptions import UCXCanceled, UCXCloseError, UCXError, UCXMsgTruncated
 from ..continuous_ucx_progress import inline_spin_us
 
-_DESCRIPTOR_LEN = _native.SINGLE_COPY_DESCRIPTOR_LEN
-
 
 class Posted:
     """The operations of one collective call, posted as native futures before anything waits
@@ -44,12 +42,12 @@ class Posted:
         self.ops.append((ep, fut, is_recv))
 
     def discard(self, ep, tag):
-        """Posts a receive that takes the message on ``tag`` and drops it: with the room of a
-        single-copy descriptor UCX cuts a message short and its sender still completes
-        (rendezvous included), and a descriptor arrives whole and is answered as too large,
-        which completes its sender too; only a failure of the endpoint counts against it."""
+        """Posts a receive that takes the message on ``tag`` and drops it: with one byte of
+        room UCX cuts the message short and its sender still completes (rendezvous included;
+        a same-host single-copy sender too, answered as too large, as for any receive too
+        small); only a failure of the endpoint counts against it."""
         try:
-            fut = ep._post_recv(bytearray(_DESCRIPTOR_LEN), tag, 0)
+            fut = ep._post_recv(bytearray(1), tag, 0)
         except Exception as e:
             if not cut_short(e):
                 self.failures.append(e)

@@ -18,7 +18,7 @@ use super::path::{self, Bounce, DataPath, PeerSlots};
 use super::tag::{self, invalid, MAX_RANKS};
 use crate::core::wire::alltoallv::{self as announce_wire, Announce};
 use crate::core::wire::bootstrap::{rendezvous_parse, rendezvous_text};
-use crate::core::wire::single_copy::pair_tags;
+use crate::core::wire::single_copy::{pair_tags, table_key};
 use crate::core::{huge_pages, RecvBuffer, SendBuffer, FULL_MASK};
 use crate::posting::join_posted;
 use crate::{ConnectOptions, Endpoint, Error, Listener, Result, Tags, Worker};
@@ -226,12 +226,13 @@ impl Communicator {
         // ranks also starts the same-host single-copy path (see `crate::single_copy`); without
         // it UCX's own shared memory and CMA do as well.
         let addresses: Vec<&[u8]> = table.iter().map(|a| a.as_bytes()).collect();
+        let key = table_key(&addresses);
         let peers = table
             .iter()
             .enumerate()
             .map(|(r, a)| match eh && r != rank && ucx_core::single_copy::enabled() {
                 true => {
-                    let (msg_recv, msg_send) = pair_tags(&addresses, rank, r);
+                    let (msg_recv, msg_send) = pair_tags(key, rank, r);
                     let tags = Tags { msg_send, msg_recv, ctrl_send: None, ctrl_recv: None };
                     Endpoint::connect_to_rank(worker, a, tags, options)
                 }

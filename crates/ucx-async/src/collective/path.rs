@@ -7,7 +7,6 @@
 //! only for peers reached over InfiniBand-class transports. The bytes of the announcement
 //! that tells the receiver which path a part takes live in ucx-core's `wire::alltoallv`.
 use crate::core::wire::alltoallv::{Announce, DEFAULT_BATCH, DEFAULT_DEPTH};
-use crate::core::wire::single_copy::Descriptor;
 use crate::core::{Status, FULL_MASK};
 use crate::window::Window;
 use crate::{try_join_posted, Endpoint, Error, Result};
@@ -81,12 +80,11 @@ pub(crate) fn ensure(slots: &mut Vec<Vec<u8>>, bounce: Bounce) -> &mut [Vec<u8>]
 }
 
 /// Receives the message on `tag` from `ep` only to drop it, for a part this rank has no room
-/// for: into a buffer of a single-copy descriptor's size, so UCX cuts a message short and its
-/// sender still completes (rendezvous included), and a descriptor arrives whole and is
-/// answered as too large, which completes its sender too. Only a failure of the endpoint is
-/// an error.
+/// for: into one byte, so UCX cuts it short and its sender still completes (rendezvous
+/// included; a same-host single-copy sender too, answered as too large, as for any receive too
+/// small). Only a failure of the endpoint is an error.
 pub(crate) async fn drop_message(ep: &Endpoint, tag: u64) -> Result<()> {
-    match ep.recv_tag(&mut [0u8; Descriptor::LEN][..], tag, FULL_MASK).await {
+    match ep.recv_tag(&mut [0u8; 1][..], tag, FULL_MASK).await {
         Err(e) if e.status() != Status::MessageTruncated => Err(e),
         _ => Ok(()),
     }

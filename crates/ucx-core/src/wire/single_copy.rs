@@ -7,8 +7,9 @@
 //!   peer's random `ctrl_tag` carries the mark with a chance of 2^-64, and even then it only
 //!   receives a [`Hello`] it never reads.
 //! - **A communicator's pairs** carry no handshake: each pair of ranks derives its link's
-//!   data tags from the ranks' worker addresses with [`pair_tags`], and both start the hello
-//!   exchange (only with peer error handling: without it UCX's own CMA serves one host).
+//!   data tags from the ranks' worker addresses ([`table_key`], [`pair_tags`]), and both
+//!   start the hello exchange (only with peer error handling: without it UCX's own CMA serves
+//!   one host).
 //! - **The hello** (on [`hello_tag`] of the receiver's `msg_tag`): this process's boot id, pid
 //!   namespace and pid, and where a 16-byte nonce sits in its memory. The receiver reads the
 //!   nonce there with `process_vm_readv`; only if it finds it can it read the sender's memory
@@ -62,12 +63,10 @@ pub fn ack_tag(msg_tag: u64) -> u64 {
     hash64bits(&[msg_tag, ACK])
 }
 
-/// The data tags of the link between ranks `me` and `peer` of a communicator whose ranks'
-/// worker addresses are `table` (its endpoints come from worker addresses: no handshake carries
-/// tags or the mark): `(the tag me receives on, the tag it sends on)`. Every rank holds the
-/// same table, so both ends derive the same pair, and communicators of other tables on the
-/// same worker get others.
-pub fn pair_tags(table: &[&[u8]], me: usize, peer: usize) -> (u64, u64) {
+/// A communicator's key for [`pair_tags`]: a hash of its ranks' worker addresses `table`.
+/// Every rank holds the same table, so all derive the same key, and communicators of other
+/// tables on the same worker get others. Computed once per communicator.
+pub fn table_key(table: &[&[u8]]) -> u64 {
     let mut words = vec![PAIR, table.len() as u64];
     for address in table {
         words.push(address.len() as u64);
@@ -77,8 +76,14 @@ pub fn pair_tags(table: &[&[u8]], me: usize, peer: usize) -> (u64, u64) {
             u64::from_le_bytes(w)
         }));
     }
-    let table = hash64bits(&words);
-    let tag = |from: usize, to: usize| hash64bits(&[table, from as u64, to as u64, PAIR]);
+    hash64bits(&words)
+}
+
+/// The data tags of the link between ranks `me` and `peer` of the communicator of
+/// [`table_key`] `key` (its endpoints come from worker addresses: no handshake carries tags or
+/// the mark): `(the tag me receives on, the tag it sends on)`; both ends derive the same pair.
+pub fn pair_tags(key: u64, me: usize, peer: usize) -> (u64, u64) {
+    let tag = |from: usize, to: usize| hash64bits(&[key, from as u64, to as u64, PAIR]);
     (tag(peer, me), tag(me, peer))
 }
 
@@ -268,14 +273,15 @@ mod tests {
     #[test]
     fn a_pair_of_ranks_derives_mirrored_tags_unique_to_its_table() {
         let table: [&[u8]; 3] = [b"rank zero address", b"rank one", b"rank two, the longest address"];
-        let (recv01, send01) = pair_tags(&table, 0, 1);
-        let (recv10, send10) = pair_tags(&table, 1, 0);
+        let key = table_key(&table);
+        let (recv01, send01) = pair_tags(key, 0, 1);
+        let (recv10, send10) = pair_tags(key, 1, 0);
         assert_eq!((recv01, send01), (send10, recv10), "each end receives on what the other sends on");
         assert_ne!(recv01, send01);
-        assert_ne!(pair_tags(&table, 0, 2), (recv01, send01));
+        assert_ne!(pair_tags(key, 0, 2), (recv01, send01));
         let other: [&[u8]; 3] = [b"rank zero address", b"rank one", b"rank two, another address"];
-        assert_ne!(pair_tags(&other, 0, 1), (recv01, send01), "another communicator's table");
-        assert_ne!(pair_tags(&table[..2], 0, 1), (recv01, send01), "a table of other length");
+        assert_ne!(pair_tags(table_key(&other), 0, 1), (recv01, send01), "another communicator's table");
+        assert_ne!(pair_tags(table_key(&table[..2]), 0, 1), (recv01, send01), "a table of other length");
     }
 
     #[test]
