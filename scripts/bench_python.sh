@@ -3,6 +3,9 @@
 # (PyPI `ucxx-cu12`, CPU-only, installed into .venv-ucxx on first use by scripts/ucxx-venv.sh)
 # and `ucx_perftest -t tag_lat` on the same message sizes, one after the other on 127.0.0.1,
 # and prints one-way median latency (half the round trip), round-trip bandwidth and the ratios.
+# ROUNDS (default 3) rounds, each running every side once, the order rotated round by round; a
+# cell is min / median / max over the rounds, and a ratio is taken within each round (this
+# machine's speed moves between minutes, so only sides measured side by side compare).
 # Expects scripts/setup.sh to have run. A quiet machine is wanted (polling modes spin).
 # All three use the same UCX, .venv's (.venv-ucxx pins its libucx-cu12 to it).
 set -euo pipefail
@@ -10,6 +13,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="$ROOT/.venv/bin/python"
 ITERS=${ITERS:-2000}
+ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-200}
 export UCX_NET_DEVICES=lo UCXPY_IFNAME=lo
 
@@ -49,27 +53,48 @@ perftest_lat() {
 # decides whether their endpoints, which handle peer failure, may use shared memory:
 # `UCX_MM_ERROR_HANDLING=y scripts/bench_python.sh` gives the shared-memory rows.
 echo "UCX_MM_ERROR_HANDLING=${UCX_MM_ERROR_HANDLING:-unset (off)} for both Python peers"
-printf '%-44s %12s %12s\n' "run" "8 B µs" "1 MiB MiB/s"
-declare -A LAT BW
-run() {
-    local name=$1; shift
-    read -r l8 _ < <(SIZE=8 "$@")
-    read -r _ b1 < <(SIZE=1048576 "$@")
-    LAT[$name]=$l8 BW[$name]=$b1
-    printf '%-44s %12s %12s\n' "$name" "$l8" "$b1"
-}
-run "ucp (ours), blocking" ours
 ours_polling() { UCXPY_NON_BLOCKING_MODE=1 ours "$@"; }
-run "ucp (ours), non-blocking" ours_polling
-run "ucxx-async, blocking" ucxx --progress-mode blocking
-run "ucxx-async, polling" ucxx --progress-mode polling
-run "ucxx-async, thread" ucxx --progress-mode thread
-run "ucx_perftest tag_lat" perftest_lat
+NAMES=("ucp (ours), blocking" "ucp (ours), non-blocking" "ucxx-async, blocking" "ucxx-async, polling"
+       "ucxx-async, thread" "ucx_perftest tag_lat")
+RUNNERS=("ours" "ours_polling" "ucxx --progress-mode blocking" "ucxx --progress-mode polling"
+         "ucxx --progress-mode thread" "perftest_lat")
+RESULTS=$(mktemp)
+trap 'rm -f "$RESULTS"' EXIT
+n=${#NAMES[@]}
+for ((r = 0; r < ROUNDS; r++)); do
+    for ((k = 0; k < n; k++)); do
+        i=$(( (k + r) % n ))
+        read -r l8 _ < <(SIZE=8 ${RUNNERS[$i]})
+        read -r _ b1 < <(SIZE=1048576 ${RUNNERS[$i]})
+        printf '%s\t%s\t%s\t%s\n' "$r" "${NAMES[$i]}" "$l8" "$b1" >>"$RESULTS"
+        printf 'round %d: %-28s 8 B %8s us  1 MiB %10s MiB/s\n' "$((r + 1))" "${NAMES[$i]}" "$l8" "$b1"
+    done
+done
 
-best_ucxx_lat=$("$PY" -c "print(min(${LAT["ucxx-async, blocking"]}, ${LAT["ucxx-async, polling"]}, ${LAT["ucxx-async, thread"]}))")
-best_ucxx_bw=$("$PY" -c "print(max(${BW["ucxx-async, blocking"]}, ${BW["ucxx-async, polling"]}, ${BW["ucxx-async, thread"]}))")
-ratio() { "$PY" -c "print(f'{$1:.2f}x')"; }
-echo
-echo "8 B one-way, ours blocking / best UCXX:        $(ratio "${LAT["ucp (ours), blocking"]}/$best_ucxx_lat")  (target <= 0.5x)"
-echo "1 MiB bandwidth, ours blocking / best UCXX:    $(ratio "${BW["ucp (ours), blocking"]}/$best_ucxx_bw")  (target >= 2x)"
-echo "1 MiB bandwidth, ours blocking / ucx_perftest: $(ratio "${BW["ucp (ours), blocking"]}/${BW["ucx_perftest tag_lat"]}")  (target >= 0.5x)"
+# The table (min / median / max over rounds) and the ratios, each taken within its round.
+"$PY" - "$RESULTS" "$ROUNDS" <<'PYEOF'
+import statistics, sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
+rounds = int(sys.argv[2])
+lat, bw, names = {}, {}, []
+for r, name, l8, b1 in rows:
+    if name not in names:
+        names.append(name)
+    lat[name, int(r)], bw[name, int(r)] = float(l8), float(b1)
+def mmm(xs, fmt):
+    return " / ".join(fmt.format(x) for x in (min(xs), statistics.median(xs), max(xs)))
+print(f"\n{rounds} rounds, min / median / max\n")
+print(f"| run | 8 B one-way (us) | 1 MiB (MiB/s) |\n|---|---|---|")
+for name in names:
+    print(f"| {name} | {mmm([lat[name, r] for r in range(rounds)], '{:.2f}')} "
+          f"| {mmm([bw[name, r] for r in range(rounds)], '{:.0f}')} |")
+ucxx = [n for n in names if n.startswith("ucxx")]
+ours, perf = "ucp (ours), blocking", "ucx_perftest tag_lat"
+lat_ratio = [lat[ours, r] / min(lat[n, r] for n in ucxx) for r in range(rounds)]
+bw_ratio = [bw[ours, r] / max(bw[n, r] for n in ucxx) for r in range(rounds)]
+perf_ratio = [bw[ours, r] / bw[perf, r] for r in range(rounds)]
+print(f"\nPer round, min / median / max:")
+print(f"8 B one-way, ours blocking / best UCXX mode:   {mmm(lat_ratio, '{:.2f}')}  (target <= 0.5)")
+print(f"1 MiB bandwidth, ours blocking / best UCXX:    {mmm(bw_ratio, '{:.2f}')}  (target >= 2)")
+print(f"1 MiB bandwidth, ours blocking / ucx_perftest: {mmm(perf_ratio, '{:.2f}')}  (target >= 0.5)")
+PYEOF
