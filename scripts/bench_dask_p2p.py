@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Dask's peer-to-peer merge and shuffle on a 2-worker cluster, `ucxa` against `tcp`, in
 alternating rounds: wall clock per workload and protocol, the ratio (tcp's time / ucxa's; above
-1, ucxa is faster), and the bandwidth of the transfers the workers logged.
+1, ucxa is faster), the bandwidth of the transfers the workers logged, and what the p2p
+comms' messages took (distributed's own metrics: messages, their size, and the time from each
+send to the receiver's reply).
 
 Two shapes of cluster:
 - `local` (default): a `LocalCluster` of 2 worker processes with 1 thread each, on 127.0.0.1.
@@ -70,6 +72,21 @@ def metrics(client):
     return client.run_on_scheduler(collect)
 
 
+def p2p_messages(client):
+    """What the workers' p2p comms sent (distributed's fine metrics, cumulative over the
+    cluster's life): messages, bytes, and the seconds the sends took from posting to the
+    receiver's reply, summed over the concurrent sends."""
+    def collect(dask_scheduler):
+        m = dask_scheduler.cumulative_worker_metrics
+        return {
+            "count": m.get(("p2p", "background-comms", "process", "count"), 0),
+            "bytes": m.get(("p2p", "background-comms", "process", "bytes"), 0),
+            "send_s": m.get(("p2p", "background-comms", "send", "seconds"), 0.0),
+        }
+
+    return client.run_on_scheduler(collect)
+
+
 def workloads_once(client, rows, parts):
     """Runs the merge and the shuffle once on `client`; returns {name: (seconds, check)}."""
     import dask
@@ -115,7 +132,7 @@ def run_local(protocol, rows, parts, runs):
     code = f"""
 import json, sys
 sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
-from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds
+from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds, p2p_messages
 from distributed import Client, LocalCluster
 if {protocol!r} == "ucxa":
     import ucp.dask_comm  # registers ucxa://
@@ -124,7 +141,8 @@ with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol={p
     cpu = cpu_seconds(client)
     out = workloads(client, {rows}, {parts}, {runs})
     cpu = cpu_seconds(client) - cpu
-    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu}}))
+    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu,
+                      "p2p": p2p_messages(client)}}))
 """
     env = {**os.environ, "UCX_NET_DEVICES": "lo", "UCXPY_IFNAME": "lo"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
@@ -185,14 +203,15 @@ def run_netns(net, protocol, rows, parts, runs, port=8786):
 import json, sys
 sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
 import ucp.dask_comm
-from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds
+from bench_dask_p2p import workloads, transfers, metrics, cpu_seconds, p2p_messages
 from distributed import Client
 with Client({s_addr!r}, timeout=60) as client:
     client.wait_for_workers(2, timeout=120)
     cpu = cpu_seconds(client)
     out = workloads(client, {rows}, {parts}, {runs})
     cpu = cpu_seconds(client) - cpu
-    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu}}))
+    print(json.dumps({{"times": out, "transfers": transfers(client), "metrics": metrics(client), "cpu": cpu,
+                      "p2p": p2p_messages(client)}}))
     client.shutdown()
 """
         p = subprocess.run(Netns.exec("scheduler", [sys.executable, "-c", code]), capture_output=True, text=True,
@@ -250,6 +269,20 @@ def main():
             print(f"| {p} | {min(t):.2f} / {statistics.median(t):.2f} / {max(t):.2f} | {ratios} | {rate} |")
         if not same:
             sys.exit(1)
+    print("\n## The p2p comms' messages per round (both workloads, all runs; distributed's metrics)\n")
+    print("Per message: from the send to the receiver's reply, which includes the receiver taking the "
+          "shards in; MiB/s: bytes over the sends' summed time.\n")
+    print("| protocol | messages | mean size KiB | ms per message | MiB/s per message |")
+    print("|---|---|---|---|---|")
+    for p in protocols:
+        m = [x["p2p"] for x in results[p]]
+        cells = [", ".join(f.format(*v) for v in vals) for f, vals in (
+            ("{}", [(x["count"],) for x in m]),
+            ("{:.0f}", [(x["bytes"] / max(x["count"], 1) / 1024,) for x in m]),
+            ("{:.1f}", [(1000 * x["send_s"] / max(x["count"], 1),) for x in m]),
+            ("{:.0f}", [(x["bytes"] / 2**20 / x["send_s"] if x["send_s"] else 0,) for x in m]),
+        )]
+        print(f"| {p} | " + " | ".join(cells) + " |")
     print("\n## CPU seconds the cluster used per round (workers and scheduler, all runs of both workloads)\n")
     for p in protocols:
         print(f"- {p}: " + ", ".join(f"{x['cpu']:.1f}" for x in results[p]))
