@@ -445,21 +445,27 @@ impl Endpoint {
             // What arrives may be a single-copy descriptor (see `ucx_core::single_copy::Receive`).
             Some(sc) => {
                 let mut r = Receive::new(&mut *buf);
-                let c = self.receive(&mut r, tag, mask).await?;
+                let c = self.receive(OP, &mut r, tag, mask).await?;
                 // SAFETY: the receive into `r` has finished.
                 unsafe { sc.link.finish(&self.inner.core, c, &mut r) }
                     .map_err(|e| read_error(&self.inner.state, OP, e))?
             }
-            None => self.receive(buf, tag, mask).await?,
+            None => self.receive(OP, buf, tag, mask).await?,
         };
         self.inner.state.recv_finished();
         yield_after_reading(c.length).await;
         Ok(c.length)
     }
 
-    /// Posts a tag receive into `buf` and waits for it (the endpoint's failure or close ends
-    /// the wait; dropping the future cancels it as `recv_tag` says).
-    async fn receive<R: RecvBuffer + ?Sized>(&self, buf: &mut R, tag: u64, mask: u64) -> Result<ucx_core::Completion> {
+    /// Posts a tag receive into `buf` for operation `op` and waits for it (the endpoint's
+    /// failure or close ends the wait; dropping the future cancels it as `recv_tag` says).
+    async fn receive<R: RecvBuffer + ?Sized>(
+        &self,
+        op: &'static str,
+        buf: &mut R,
+        tag: u64,
+        mask: u64,
+    ) -> Result<ucx_core::Completion> {
         let load = Load::new(buf.byte_len(), buf.memory_type());
         let s = self
             .inner
@@ -467,7 +473,7 @@ impl Endpoint {
             .inner
             .unclaimed
             .recv(self.inner.worker.core(), buf, tag, mask)
-            .map_err(|e| self.cause("Endpoint::recv", e))?;
+            .map_err(|e| self.cause(op, e))?;
         let fut = Completes::new(s, &self.inner.worker.inner.signals).moving(load);
         Watched::new(fut, &self.inner.state, Some(&self.inner.core)).await
     }
@@ -521,42 +527,43 @@ impl Endpoint {
         let (buf, c) = match &self.inner.single_copy {
             // What arrives may be a single-copy descriptor (see `ucx_core::single_copy::Receive`).
             Some(sc) => {
-                let (mut r, c) = self.receive_owned(Receive::new(buf), tag).await?;
+                let (mut r, c) = self.receive_owned(OP, Receive::new(buf), tag).await?;
                 // SAFETY: the receive into `r` has finished.
                 let c = unsafe { sc.link.finish(&self.inner.core, c, &mut r) }
                     .map_err(|e| read_error(&self.inner.state, OP, e))?;
                 (r.into_inner(), c)
             }
-            None => self.receive_owned(buf, tag).await?,
+            None => self.receive_owned(OP, buf, tag).await?,
         };
         self.inner.state.recv_finished();
         yield_after_reading(c.length).await;
         Ok((buf, c.length))
     }
 
-    /// Posts a tag receive into `buf`, owned by the operation, and waits for it; returns the
-    /// buffer with the completion.
+    /// Posts a tag receive into `buf`, owned by the operation, for operation `op` and waits for
+    /// it; returns the buffer with the completion.
     async fn receive_owned<R: RecvBuffer + Send + 'static>(
         &self,
+        op: &'static str,
         buf: R,
         tag: u64,
     ) -> Result<(R, ucx_core::Completion)> {
-        const OP: &str = "Endpoint::recv_owned";
         let load = Load::new(buf.byte_len(), buf.memory_type());
-        let op = self
+        let posted = self
             .inner
             .worker
             .inner
             .unclaimed
             .recv_owned(self.inner.worker.core(), buf, tag, FULL_MASK)
-            .map_err(|e| self.cause(OP, e))?;
-        let fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
+            .map_err(|e| self.cause(op, e))?;
+        let fut = CompletesOwned::new(posted, &self.inner.worker.inner.signals, load);
         let mut watched = Watched::new(fut, &self.inner.state, Some(&self.inner.core));
         let c = (&mut watched).await?;
-        let buf = watched.fut.op.take().and_then(ucx_core::Owned::into_buffer).ok_or_else(|| Error::Protocol {
-            op: OP,
-            detail: "a finished receive did not give its buffer back".into(),
-        })?;
+        let buf =
+            watched.fut.op.take().and_then(ucx_core::Owned::into_buffer).ok_or_else(|| Error::Protocol {
+                op,
+                detail: "a finished receive did not give its buffer back".into(),
+            })?;
         Ok((buf, c))
     }
 
