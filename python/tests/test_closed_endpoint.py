@@ -142,7 +142,7 @@ async def _check(how, quiet):
 @pytest.mark.parametrize("how", ["close", "abort", "cap", "cancelled", "timed out", "peer failed"])
 def test_no_operation_on_an_ended_endpoint_reports_success(progress_mode, how, caplog):
     if how in ("cancelled", "timed out") and SINGLE_COPY:
-        # Between two of our endpoints on one host the 32 MiB message goes by the single-copy
+        # Between two of our endpoints on one host the large message goes by the single-copy
         # path: a 64-byte descriptor, read as soon as it is matched, so no receive is ever
         # caught matched and unfinished. A process with the path off has UCX move it.
         p = subprocess.run(
