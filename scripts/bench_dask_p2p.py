@@ -276,13 +276,11 @@ def main():
     print("|---|---|---|---|---|")
     for p in protocols:
         m = [x["p2p"] for x in results[p]]
-        cells = [", ".join(f.format(*v) for v in vals) for f, vals in (
-            ("{}", [(x["count"],) for x in m]),
-            ("{:.0f}", [(x["bytes"] / max(x["count"], 1) / 1024,) for x in m]),
-            ("{:.1f}", [(1000 * x["send_s"] / max(x["count"], 1),) for x in m]),
-            ("{:.0f}", [(x["bytes"] / 2**20 / x["send_s"] if x["send_s"] else 0,) for x in m]),
-        )]
-        print(f"| {p} | " + " | ".join(cells) + " |")
+        count = ", ".join(str(x["count"]) for x in m)
+        size = ", ".join(f"{x['bytes'] / max(x['count'], 1) / 1024:.0f}" for x in m)
+        ms = ", ".join(f"{1000 * x['send_s'] / max(x['count'], 1):.1f}" for x in m)
+        rate = ", ".join(f"{x['bytes'] / 2**20 / x['send_s'] if x['send_s'] else 0:.0f}" for x in m)
+        print(f"| {p} | {count} | {size} | {ms} | {rate} |")
     print("\n## CPU seconds the cluster used per round (workers and scheduler, all runs of both workloads)\n")
     for p in protocols:
         print(f"- {p}: " + ", ".join(f"{x['cpu']:.1f}" for x in results[p]))
