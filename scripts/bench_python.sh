@@ -3,6 +3,8 @@
 # (PyPI `ucxx-cu12`, CPU-only, installed into .venv-ucxx on first use by scripts/ucxx-venv.sh)
 # and `ucx_perftest -t tag_lat` on the same message sizes, one after the other on 127.0.0.1,
 # and prints one-way median latency (half the round trip), round-trip bandwidth and the ratios.
+# perftest runs twice: as it comes (no peer error handling: shared memory) and with `-e` and
+# the UCX_* variables `import ucp` sets, the floor under the Python peers' small messages.
 # ROUNDS (default 3) rounds, each running every side once, the order rotated round by round; a
 # cell is min / median / max over the rounds, and a ratio is taken within each round (this
 # machine's speed moves between minutes, so only sides measured side by side compare).
@@ -46,8 +48,12 @@ UCX_PREFIX="$("$PY" -c 'import libucx, os; print(os.path.dirname(libucx.__file__
 source "$ROOT/scripts/perftest.sh"
 # ucx_perftest tag_lat: one-way median (µs) and the bandwidth of its round trips (MiB/s)
 perftest_lat() {
-    perftest tag_lat "$SIZE" "$ITERS" | awk -v s="$SIZE" '{printf "%.2f %.1f\n", $3, s / ($3 * 1e-6) / 1048576}'
+    perftest tag_lat "$SIZE" "$ITERS" "$@" | awk -v s="$SIZE" '{printf "%.2f %.1f\n", $3, s / ($3 * 1e-6) / 1048576}'
 }
+# The same with peer error handling (-e) and the UCX_* variables `import ucp` sets: UCX's own
+# ping-pong on the transport the Python peers' small messages take (TCP), the floor under them.
+UCP_ENV="$(ucp_env "$PY")"
+perftest_lat_e() { (if [ -n "$UCP_ENV" ]; then export $UCP_ENV; fi; perftest_lat -e); }
 
 # Both Python peers see the same UCX settings. UCX_MM_ERROR_HANDLING (unset: UCX's default, off)
 # decides whether their endpoints, which handle peer failure, may use shared memory:
@@ -55,9 +61,9 @@ perftest_lat() {
 echo "UCX_MM_ERROR_HANDLING=${UCX_MM_ERROR_HANDLING:-unset (off)} for both Python peers"
 ours_polling() { UCXPY_NON_BLOCKING_MODE=1 ours "$@"; }
 NAMES=("ucp (ours), blocking" "ucp (ours), non-blocking" "ucxx-async, blocking" "ucxx-async, polling"
-       "ucxx-async, thread" "ucx_perftest tag_lat")
+       "ucxx-async, thread" "ucx_perftest tag_lat" "ucx_perftest tag_lat -e, ucp's UCX_*")
 RUNNERS=("ours" "ours_polling" "ucxx --progress-mode blocking" "ucxx --progress-mode polling"
-         "ucxx --progress-mode thread" "perftest_lat")
+         "ucxx --progress-mode thread" "perftest_lat" "perftest_lat_e")
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 n=${#NAMES[@]}
@@ -89,12 +95,16 @@ for name in names:
     print(f"| {name} | {mmm([lat[name, r] for r in range(rounds)], '{:.2f}')} "
           f"| {mmm([bw[name, r] for r in range(rounds)], '{:.0f}')} |")
 ucxx = [n for n in names if n.startswith("ucxx")]
-ours, perf = "ucp (ours), blocking", "ucx_perftest tag_lat"
+ours, perf, floor = "ucp (ours), blocking", "ucx_perftest tag_lat", "ucx_perftest tag_lat -e, ucp's UCX_*"
 lat_ratio = [lat[ours, r] / min(lat[n, r] for n in ucxx) for r in range(rounds)]
+floor_ratio = [lat[floor, r] / min(lat[n, r] for n in ucxx) for r in range(rounds)]
+above_floor = [lat[ours, r] - lat[floor, r] for r in range(rounds)]
 bw_ratio = [bw[ours, r] / max(bw[n, r] for n in ucxx) for r in range(rounds)]
 perf_ratio = [bw[ours, r] / bw[perf, r] for r in range(rounds)]
 print(f"\nPer round, min / median / max:")
 print(f"8 B one-way, ours blocking / best UCXX mode:   {mmm(lat_ratio, '{:.2f}')}  (target <= 0.5)")
+print(f"8 B one-way, perftest -e / best UCXX mode:      {mmm(floor_ratio, '{:.2f}')}  (UCX's own TCP floor)")
+print(f"8 B one-way, ours blocking - perftest -e (us):  {mmm(above_floor, '{:.2f}')}  (Python, asyncio, ucp)")
 print(f"1 MiB bandwidth, ours blocking / best UCXX:    {mmm(bw_ratio, '{:.2f}')}  (target >= 2)")
 print(f"1 MiB bandwidth, ours blocking / ucx_perftest: {mmm(perf_ratio, '{:.2f}')}  (target >= 0.5)")
 PYEOF
