@@ -53,6 +53,7 @@ perftest_lat() {
 # The same with peer error handling (-e) and the UCX_* variables `import ucp` sets: UCX's own
 # ping-pong on the transport the Python peers' small messages take (TCP), the floor under them.
 UCP_ENV="$(ucp_env "$PY")"
+# shellcheck disable=SC2086 # a list of NAME=VALUE words
 perftest_lat_e() { (if [ -n "$UCP_ENV" ]; then export $UCP_ENV; fi; perftest_lat -e); }
 
 # Both Python peers see the same UCX settings. UCX_MM_ERROR_HANDLING (unset: UCX's default, off)
@@ -103,7 +104,7 @@ bw_ratio = [bw[ours, r] / max(bw[n, r] for n in ucxx) for r in range(rounds)]
 perf_ratio = [bw[ours, r] / bw[perf, r] for r in range(rounds)]
 print(f"\nPer round, min / median / max:")
 print(f"8 B one-way, ours blocking / best UCXX mode:   {mmm(lat_ratio, '{:.2f}')}  (target <= 0.5)")
-print(f"8 B one-way, perftest -e / best UCXX mode:      {mmm(floor_ratio, '{:.2f}')}  (UCX's own TCP floor)")
+print(f"8 B one-way, perftest -e / best UCXX mode:      {mmm(floor_ratio, '{:.2f}')}  (UCX's own, same settings)")
 print(f"8 B one-way, ours blocking - perftest -e (us):  {mmm(above_floor, '{:.2f}')}  (Python, asyncio, ucp)")
 print(f"1 MiB bandwidth, ours blocking / best UCXX:    {mmm(bw_ratio, '{:.2f}')}  (target >= 2)")
 print(f"1 MiB bandwidth, ours blocking / ucx_perftest: {mmm(perf_ratio, '{:.2f}')}  (target >= 0.5)")
