@@ -1,7 +1,7 @@
 //! The UCX part of `python -m ucp.doctor`, from Rust: which UCX this process opens (path,
 //! version, a second UCX mapped), the transports per memory type, the protocol and transport a
 //! tag send between two workers of this host selects per message size with peer error handling
-//! on and off, huge pages and the ptrace scope, and a self-test: 1 MiB messages between two
+//! on and off, huge pages, the ptrace scope and the TCP congestion control, and a self-test: 1 MiB messages between two
 //! workers of this process over 127.0.0.1 for half a second, beside a copy of the same size.
 //! docs/doctor.md says what each section means.
 //!
@@ -104,6 +104,7 @@ fn system() {
         None => println!("  ptrace scope absent (not enforced: CMA works)"),
         Some(scope) => println!("  ptrace scope {scope}"),
     }
+    println!("  TCP congestion control {}", show(doctor::tcp_congestion_control()));
 }
 
 /// Bytes per second of copying `len` bytes from one buffer into another here.

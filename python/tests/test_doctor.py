@@ -80,7 +80,45 @@ def test_json_report_parses_with_every_section_and_the_users_setting():
     assert selftest["bandwidth"] > 0 and selftest["memcpy"] > 0, selftest
     assert selftest["messages"] >= 2 and selftest["transports"], selftest
     assert selftest["protocol"] and selftest["transport"], selftest
+    # Two of our processes on one host: the 1 MiB messages go by the single-copy path (all but
+    # those sent before the two sides' hello exchange finished), where the kernel lets this
+    # process read its peer's memory.
+    assert 0 <= selftest["single_copy_messages"] <= selftest["messages"], selftest
+    if (report["system"]["ptrace_scope"] or 0) < 2:
+        assert selftest["single_copy_messages"] >= selftest["messages"] // 2, selftest
     assert report["system"]["huge_pages"].keys() == {"enabled", "shmem_enabled"}
+    # The kernel's congestion control, as this process's network namespace has it.
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            expected = f.read().strip()
+    except OSError:
+        expected = None
+    assert report["system"]["tcp_congestion_control"] == expected, report["system"]
+
+
+def test_a_self_test_without_the_single_copy_path_says_its_messages_went_over_tcp():
+    out = doctor(env={"UCXA_SINGLE_COPY": "0"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    selftest = out.stdout.split("== Self-test ==")[1].split("== Notes ==")[0]
+    assert "single-copy" not in selftest and "1 MiB went as" in selftest and "[tcp/" in selftest, selftest
+    notes = out.stdout.split("== Notes ==")[1]
+    assert "single-copy path carried none of the self-test's messages" in notes, notes
+
+
+@pytest.mark.parametrize(
+    "copied, says",
+    [(5, "large ones go by the same-host single-copy path"), (0, "carried none of"), (None, "host data between")],
+)
+def test_the_tcp_note_says_what_the_single_copy_path_carried(copied, says):
+    from ucp import _doctor_facts
+
+    report = {
+        "protocols": {"error_handling_on": {"by_size": {str(1 << 20): {"transport": "tcp/lo"}}}},
+        "selftest": None if copied is None else {"single_copy_messages": copied},
+    }
+    notes = _doctor_facts.notes(report)
+    assert len(notes) == 1 and says in notes[0], notes
+    assert ("carried none" in notes[0]) == (copied == 0), notes
 
 
 def test_no_selftest_skips_it():

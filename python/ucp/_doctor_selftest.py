@@ -1,8 +1,10 @@
 """``python -m ucp.doctor``'s loopback self-test: this process listens on 127.0.0.1 and sends
 1 MiB messages for about half a second to a child process (this module run as a script), which
 receives them and answers the last; both run with ``ucp``'s defaults. The result is the
-bandwidth, a copy of the same size in this process beside it, and what UCX chose for the
-endpoint: its lanes' transports and the protocol of a message of that size.
+bandwidth, a copy of the same size in this process beside it, how many messages went by the
+same-host single-copy path (the child read them from this process's memory), and what UCX
+chose for the endpoint: its lanes' transports and the protocol of a message of that size,
+which carries the messages the single-copy path does not.
 """
 import asyncio
 import subprocess
@@ -47,9 +49,9 @@ async def _run(size, seconds):
     async def serve(ep):
         try:
             messages, elapsed = await _send_for(ep, size, seconds)
-            info = ep.ucx_info()
+            info, copied = ep.ucx_info(), ep.single_copy[2]
             if not done.done():
-                done.set_result((messages, elapsed, info))
+                done.set_result((messages, elapsed, info, copied))
         except Exception as e:  # the peer failed: the report says how
             if not done.done():
                 done.set_exception(e)
@@ -66,7 +68,7 @@ async def _run(size, seconds):
         if not done.done():
             why = output.result()[0].decode()[-500:] if output.done() else "no message within the time allowed"
             raise RuntimeError(f"the receiving process did not take the messages: {why}")
-        messages, elapsed, info = done.result()
+        messages, elapsed, info, copied = done.result()
         out, _ = await asyncio.wait_for(output, _GRACE)
         if child.returncode != 0:
             raise RuntimeError(f"the receiving process exited with {child.returncode}: {out.decode()[-500:]}")
@@ -76,20 +78,22 @@ async def _run(size, seconds):
             child.kill()
             await child.wait()
         listener.close()
-    return messages, elapsed, info
+    return messages, elapsed, info, copied
 
 
 def run(size=1 << 20, seconds=0.5):
     """The self-test's result: ``{"size", "seconds", "messages", "bandwidth" (bytes/s),
-    "memcpy" (bytes/s), "transports" (the endpoint's lanes), "protocol", "transport" (the row
-    for ``size`` of its tag-send table)}``."""
-    messages, elapsed, info = asyncio.run(_run(size, seconds))
+    "memcpy" (bytes/s), "single_copy_messages" (how many of the messages went by the
+    same-host single-copy path), "transports" (the endpoint's lanes), "protocol", "transport"
+    (the row for ``size`` of its tag-send table)}``."""
+    messages, elapsed, info, copied = asyncio.run(_run(size, seconds))
     result = {
         "size": size,
         "seconds": elapsed,
         "messages": messages,
         "bandwidth": messages * size / elapsed,
         "memcpy": memcpy_bandwidth(size),
+        "single_copy_messages": copied,
         "transports": _native.doctor_lane_transports(info),
         "protocol": None,
         "transport": None,

@@ -5,7 +5,7 @@ Sections: ``ucx`` (the library loaded, its version, a second UCX mapped), ``tran
 memory type), ``protocols`` (the protocol and transport of a tag send between two processes
 of this host per message size, with peer error handling on and off), ``defaults`` (the
 ``UCX_*`` values ``ucp`` set and those it found set), ``topology`` (the devices nearest this
-process), ``system`` (the CUDA driver, huge pages, the ptrace scope), ``selftest`` (1 MiB
+process), ``system`` (the CUDA driver, huge pages, the ptrace scope, the TCP congestion control), ``selftest`` (1 MiB
 messages to a child process over 127.0.0.1, beside a copy here), then ``notes`` (advice) and
 ``problems`` (what is broken).
 
@@ -60,6 +60,7 @@ def _system():
         "cuda_driver": _doctor_facts.cuda_driver(),
         "huge_pages": {"enabled": settings["thp_enabled"], "shmem_enabled": settings["thp_shmem_enabled"]},
         "ptrace_scope": settings["ptrace_scope"],
+        "tcp_congestion_control": settings["tcp_congestion_control"],
     }
 
 
@@ -173,13 +174,22 @@ def render(report):
         yield f"huge pages   enabled={hp['enabled']} shmem_enabled={hp['shmem_enabled']}"
         scope = v["ptrace_scope"]
         yield "ptrace scope " + ("absent (not enforced: CMA works)" if scope is None else str(scope))
+        yield f"TCP congestion control {v['tcp_congestion_control'] or '(absent)'}"
 
     def selftest(v):
         yield (
             f"{_size(v['size'])} messages to another process over 127.0.0.1 for {v['seconds']:.2f} s: "
             f"{_rate(v['bandwidth'])} (a copy here: {_rate(v['memcpy'])})"
         )
-        yield f"transports {' '.join(v['transports'])}; {_size(v['size'])} went as {v['protocol']} [{v['transport']}]"
+        size, copied = _size(v["size"]), v.get("single_copy_messages", 0)
+        if copied:
+            yield (
+                f"{copied} of {v['messages']} messages went by the same-host single-copy path (the receiver "
+                f"read them from this process with process_vm_readv)"
+            )
+            yield f"transports {' '.join(v['transports'])}; UCX's protocol for {size} (the rest): {v['protocol']} [{v['transport']}]"
+        else:
+            yield f"transports {' '.join(v['transports'])}; {size} went as {v['protocol']} [{v['transport']}]"
 
     section("UCX", "ucx", ucx)
     section("Transports by memory type", "transports", transports)

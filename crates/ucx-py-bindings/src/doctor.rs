@@ -70,8 +70,8 @@ pub(crate) fn doctor_lane_transports(info: &str) -> Vec<String> {
     doctor::lane_transports(info)
 }
 
-/// `{"thp_enabled": ..., "thp_shmem_enabled": ..., "ptrace_scope": ...}`, each `None` where
-/// the kernel has no such setting.
+/// `{"thp_enabled": ..., "thp_shmem_enabled": ..., "ptrace_scope": ...,
+/// "tcp_congestion_control": ...}`, each `None` where the kernel has no such setting.
 #[pyfunction]
 pub(crate) fn doctor_system(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let (enabled, shmem) = doctor::transparent_huge_pages();
@@ -79,6 +79,7 @@ pub(crate) fn doctor_system(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     out.set_item("thp_enabled", enabled)?;
     out.set_item("thp_shmem_enabled", shmem)?;
     out.set_item("ptrace_scope", doctor::ptrace_scope())?;
+    out.set_item("tcp_congestion_control", doctor::tcp_congestion_control())?;
     Ok(out)
 }
 
