@@ -1,8 +1,9 @@
 //! The UCX part of `python -m ucp.doctor`, from Rust: which UCX this process opens (path,
 //! version, a second UCX mapped), the transports per memory type, the protocol and transport a
 //! tag send between two workers of this host selects per message size with peer error handling
-//! on and off, huge pages, the ptrace scope and the TCP congestion control, and a self-test: 1 MiB messages between two
-//! workers of this process over 127.0.0.1 for half a second, beside a copy of the same size.
+//! on and off, huge pages, the ptrace scope and the TCP congestion control, and a self-test:
+//! 1 MiB messages between two workers of this process over 127.0.0.1 for half a second, beside
+//! a copy of the same size.
 //! docs/doctor.md says what each section means.
 //!
 //! Run: `cargo run --release -p ucx-async --example doctor` (`--no-selftest` skips the
@@ -21,7 +22,8 @@ const USAGE: &str = "usage: doctor [--no-selftest]
 
 Prints which UCX this process opens, its transports per memory type, the protocol per message
 size of a tag send between two workers of this host (peer error handling on and off), huge
-pages, the ptrace scope, and a 1 MiB self-test between two workers over 127.0.0.1.";
+pages, the ptrace scope, the TCP congestion control, and a 1 MiB self-test between two workers
+over 127.0.0.1.";
 
 /// The self-test's message size and how long it sends.
 const SELFTEST_SIZE: usize = 1 << 20;

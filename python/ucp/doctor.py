@@ -5,8 +5,9 @@ Sections: ``ucx`` (the library loaded, its version, a second UCX mapped), ``tran
 memory type), ``protocols`` (the protocol and transport of a tag send between two processes
 of this host per message size, with peer error handling on and off), ``defaults`` (the
 ``UCX_*`` values ``ucp`` set and those it found set), ``topology`` (the devices nearest this
-process), ``system`` (the CUDA driver, huge pages, the ptrace scope, the TCP congestion control), ``selftest`` (1 MiB
-messages to a child process over 127.0.0.1, beside a copy here), then ``notes`` (advice) and
+process), ``system`` (the CUDA driver, huge pages, the ptrace scope, the TCP congestion
+control), ``selftest`` (1 MiB messages to a child process over 127.0.0.1, beside a copy here,
+and how many went by the same-host single-copy path), then ``notes`` (advice) and
 ``problems`` (what is broken).
 
 Options: ``--json`` (the report as one JSON object), ``--no-selftest``. Exit status 0, or 1
