@@ -309,10 +309,16 @@ async def rank_gone(c):
     """The last rank leaves without a word; the others' alltoallv of 1 MiB parts fails for it,
     but only once their own exchange has settled: each has the others' parts whole."""
     await c.barrier()
-    if c.rank == c.size - 1:
+    last = c.size - 1
+    if c.rank == last:
+        # Only once the others are past the barrier: sooner, the abort could reset the
+        # connections under this rank's own barrier messages.
+        for r in range(last):
+            await c.recv(r, bytearray(1), 7)
         for ep in c._eps:
             ep.abort()
         os._exit(0)
+    await c.send(last, b"\x00", 7)
     parts = [bytes([c.rank * 16 + d]) * (1 << 20) for d in range(c.size)]
     out = []
     try:

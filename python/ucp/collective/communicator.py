@@ -9,6 +9,7 @@ import os
 from .. import _ucx_async as _native
 from .. import core, framing
 from .._libs.arr import Array
+from .._libs.exceptions import UCXCanceled, UCXCloseError, UCXConnectionReset
 from .._libs.ucx_api import UCXAddress
 from .bootstrap import boot_context, init_nearest_devices, join, serve
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env
@@ -509,7 +510,33 @@ class Communicator:
         return await SharedWindow.open(self, slot)
 
     async def close(self):
-        """A final barrier, then lets every endpoint go."""
+        """A final barrier (so no rank closes while another still sends to it), a closing
+        round (so none closes while its barrier message is still on its way to another), then
+        lets every endpoint go. A rank that disconnects during the closing round has passed
+        the barrier, so that counts as its part of the round."""
         await self.barrier()
+        await self._closing_round()
         for ep in self._eps:
             ep.abort()
+
+    async def _closing_round(self):
+        """``close``'s second round: an empty message to and from every other rank, where a
+        peer's disconnect stands for its message. UCX completes a send once it has taken the
+        message, so a rank that aborted its endpoints right after the barrier could reset the
+        connection under its last barrier message, and a slower rank's barrier then failed
+        with that rank's disconnect. A peer sends here only after its barrier, so its message
+        means it has this rank's; a peer that is gone has passed the barrier."""
+        me, seq, tag = self._rank, self._next_seq(), _native.collective_own_tag
+
+        async def gone_is_done(op):
+            try:
+                await op
+            except (UCXConnectionReset, UCXCloseError, UCXCanceled):
+                pass
+
+        ops = []
+        for r, ep in enumerate(self._eps):
+            if r != me:
+                ops.append(gone_is_done(ep.send(b"", tag=tag(seq, me, 0), force_tag=True)))
+                ops.append(gone_is_done(ep.recv(bytearray(0), tag=tag(seq, r, 0), force_tag=True)))
+        await asyncio.gather(*ops)

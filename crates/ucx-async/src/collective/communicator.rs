@@ -572,8 +572,10 @@ impl Communicator {
         Ok(())
     }
 
-    /// Closes the endpoints to every rank (after a final barrier, so no rank closes while
-    /// another still sends to it).
+    /// Closes the endpoints to every rank, after a final barrier (so no rank closes while
+    /// another still sends to it) and a closing round (so none closes while its barrier
+    /// message is still on its way to another). A rank that disconnects during the closing
+    /// round has passed the barrier, so that counts as its part of the round.
     ///
     /// # Cancel safety
     ///
@@ -581,9 +583,35 @@ impl Communicator {
     /// the final barrier, so a rank still sending to this one may see its operation fail.
     pub async fn close(self) -> Result<()> {
         self.barrier().await?;
+        self.closing_round().await?;
         for ep in &self.peers {
             ep.abort();
         }
+        Ok(())
+    }
+
+    /// `close`'s second round: an empty message to and from every other rank, where a peer's
+    /// disconnect stands for its message. UCX completes a send once it has taken the message,
+    /// so a rank that force-closed right after the barrier could reset the connection under
+    /// its last barrier message, and a slower rank's barrier then failed with that rank's
+    /// disconnect (the collective tests, about 1 run in 25 under load). A peer sends its
+    /// message here only after its barrier, so having it means the peer has this rank's
+    /// barrier message; a peer that is gone has passed the barrier and needs nothing more.
+    async fn closing_round(&self) -> Result<()> {
+        let op = "Communicator::close";
+        let (seq, me) = (self.next_seq(), self.rank);
+        let mine = tag::own(seq, me, 0, op)?;
+        let gone_is_done = |r: Result<()>| match r {
+            Err(e) if e.is_disconnect() => Ok(()),
+            r => r,
+        };
+        let (nothing, others) = (&[0u8; 0][..], (0..self.size()).filter(|&r| r != me));
+        let sends = others.clone().map(|r| async move { gone_is_done(self.peers[r].send_tag(nothing, mine).await) });
+        let recvs = others.map(|r| async move {
+            let from = tag::own(seq, r, 0, op)?;
+            gone_is_done(self.peers[r].recv_tag(&mut [0u8; 0][..], from, FULL_MASK).await.map(drop))
+        });
+        tokio::try_join!(try_join_all(sends), try_join_all(recvs))?;
         Ok(())
     }
 }
