@@ -291,7 +291,7 @@ pub fn ptrace_scope() -> Option<u32> {
 /// (`/proc/sys/net/ipv4/tcp_congestion_control`), e.g. `cubic`; `None` where the file is
 /// absent. It paces UCX's tcp transport as it does any socket: on the project's 2-core VM a
 /// 1 MiB message over loopback took 2.4 times as long for a Python socket under bbr as under
-/// cubic, and UCX's tcp transport across a veth pair varied between 150 and 350 µs under bbr
+/// cubic, and UCX's tcp transport across a veth pair took 150 to 370 µs under bbr
 /// (docs/performance.md).
 pub fn tcp_congestion_control() -> Option<String> {
     let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").ok()?;
