@@ -2,6 +2,7 @@
 //! bootstrap, messages by rank, barrier, allgather, alltoallv with random sizes, the limits,
 //! and a rank that fails mid-collective.
 mod common;
+mod leave;
 
 use std::future::Future;
 use std::time::Duration;
@@ -288,16 +289,10 @@ async fn limits_are_errors_that_name_the_value() {
 async fn a_failed_rank_fails_the_others_collective_and_nothing_hangs() {
     let results = world(3, |c| async move {
         c.barrier().await.unwrap();
-        // Once ranks 0 and 1 are past the barrier (see the next test), rank 2's endpoints go
-        // without a word: the others see it fail.
-        if c.rank() == 2 {
-            for r in 0..2 {
-                c.recv(r, &mut [0u8; 0][..], 7).await.unwrap();
-            }
-            drop(c);
+        if leave::others_past_the_barrier(&c, 2).await {
+            drop(c); // its endpoints go without a word: the others see it fail
             return None;
         }
-        c.send(2, &[0u8; 0][..], 7).await.unwrap();
         let parts = vec![vec![7u8; 1 << 16]; 3];
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         Some(tokio::time::timeout(Duration::from_secs(30), c.alltoallv(&refs)).await)
@@ -522,16 +517,10 @@ async fn a_failed_rank_does_not_cost_the_others_each_others_parts() {
     // withdraw half way), and nothing hangs.
     let results = world(3, |c| async move {
         c.barrier().await.unwrap();
-        // Rank 2 leaves once ranks 0 and 1 say they are past the barrier: dropped sooner, it
-        // could reset the connections under its own barrier messages.
-        if c.rank() == 2 {
-            for r in 0..2 {
-                c.recv(r, &mut [0u8; 0][..], 7).await.unwrap();
-            }
+        if leave::others_past_the_barrier(&c, 2).await {
             drop(c);
             return None;
         }
-        c.send(2, &[0u8; 0][..], 7).await.unwrap();
         let parts: Vec<Vec<u8>> = (0..3).map(|d| vec![(c.rank() * 16 + d) as u8; 1 << 20]).collect();
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         let mut out = Vec::new();
