@@ -68,28 +68,31 @@ def notes(report):
     on = protocols.get("error_handling_on", {}).get("by_size", {})
     mib = on.get(str(1 << 20), {})
     copied = (report.get("selftest") or {}).get("single_copy_messages")
-    if mib.get("transport", "").startswith("tcp/") and copied:
-        out.append(
-            "small host messages between processes on this host go over tcp with peer error "
-            "handling (ucp's default), because UCX_MM_ERROR_HANDLING is off; large ones go by the "
-            "same-host single-copy path (as the self-test's did). UCX_MM_ERROR_HANDLING=y gives "
-            "shared memory to the small ones too (faster), but a peer killed mid-send can then "
-            "stall the others (docs/doctor.md, docs/python.md \"Shared memory and dead peers\")"
-        )
-    elif mib.get("transport", "").startswith("tcp/"):
-        # No self-test, or one whose messages all went over tcp.
-        why = (
-            ", and the same-host single-copy path carried none of the self-test's messages "
-            "(UCXA_SINGLE_COPY=0, or this process may not read its peer's memory: see the ptrace scope)"
-            if copied == 0
-            else ""
-        )
-        out.append(
-            "host data between processes on this host goes over tcp with peer error handling "
-            f"(ucp's default), because UCX_MM_ERROR_HANDLING is off{why}: UCX_MM_ERROR_HANDLING=y gives "
-            "shared memory (much faster), but a peer killed mid-send can then stall the others "
+    if mib.get("transport", "").startswith("tcp/"):
+        stall = (
+            "but a peer killed mid-send can then stall the others "
             "(docs/doctor.md, docs/python.md \"Shared memory and dead peers\")"
         )
+        if copied:
+            out.append(
+                "small host messages between processes on this host go over tcp with peer error "
+                "handling (ucp's default), because UCX_MM_ERROR_HANDLING is off; large ones go by the "
+                "same-host single-copy path (as the self-test's did). UCX_MM_ERROR_HANDLING=y gives "
+                f"shared memory to the small ones too (faster), {stall}"
+            )
+        else:
+            # No self-test, or one whose messages all went over tcp.
+            why = (
+                ", and the same-host single-copy path carried none of the self-test's messages "
+                "(UCXA_SINGLE_COPY=0, or this process may not read its peer's memory: see the ptrace scope)"
+                if copied == 0
+                else ""
+            )
+            out.append(
+                "host data between processes on this host goes over tcp with peer error handling "
+                f"(ucp's default), because UCX_MM_ERROR_HANDLING is off{why}: UCX_MM_ERROR_HANDLING=y gives "
+                f"shared memory (much faster), {stall}"
+            )
     system = report.get("system", {})
     scope = system.get("ptrace_scope")
     if scope == 2:

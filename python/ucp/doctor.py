@@ -183,14 +183,14 @@ def render(report):
             f"{_rate(v['bandwidth'])} (a copy here: {_rate(v['memcpy'])})"
         )
         size, copied = _size(v["size"]), v.get("single_copy_messages", 0)
+        went = f"{size} went as"
         if copied:
             yield (
                 f"{copied} of {v['messages']} messages went by the same-host single-copy path (the receiver "
                 f"read them from this process with process_vm_readv)"
             )
-            yield f"transports {' '.join(v['transports'])}; UCX's protocol for {size} (the rest): {v['protocol']} [{v['transport']}]"
-        else:
-            yield f"transports {' '.join(v['transports'])}; {size} went as {v['protocol']} [{v['transport']}]"
+            went = f"UCX's protocol for {size} (the rest):"
+        yield f"transports {' '.join(v['transports'])}; {went} {v['protocol']} [{v['transport']}]"
 
     section("UCX", "ucx", ucx)
     section("Transports by memory type", "transports", transports)
