@@ -58,8 +58,10 @@ def ucp_env():
 
 def tcp_congestion_control():
     """The kernel's TCP congestion control (new network namespaces start with it too). It moves
-    the socket's figures most: on the 2-core VM, tornado's 1 MiB round trip over loopback took
-    about 135 µs under cubic (Linux's default) and 330 µs under bbr."""
+    the socket's figures most: on the 2-core VM, tornado's 1 MiB message over loopback took
+    about 135 µs one way under cubic (Linux's default) and 330 µs under bbr. The same file as
+    ucx-core's `doctor::tcp_congestion_control`, read here because importing ucp in this process
+    would set its UCX_* defaults for every side it starts."""
     try:
         with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
             return f.read().strip()
