@@ -102,7 +102,9 @@ class Endpoint:
 
     def abort(self):
         """Closes the endpoint at once without telling the peer: pending operations on it
-        fail with ``UCXEndpointClosed``; the close callback runs."""
+        fail with ``UCXEndpointClosed``; the close callback runs. A peer that already failed
+        or left is no error; only an endpoint without error handling, whose close UCX fails at
+        once, raises ``UCXError`` (as UCX-Py's did); it is closed all the same."""
         ep, self._ep, self._ctx = self._ep, None, None
         if ep is not None:
             logger.debug("Endpoint.abort(): %s", hex(self.uid))
