@@ -113,7 +113,7 @@ async def cancelled_call(c):
         c._next_seq()  # the call rank 0 made alone, so that the next calls match
     await c.barrier()
     if c.rank != 0:
-        await c._eps[0]._send(b"late", native.collective_own_tag(seq, c.rank, 0))
+        await c._eps[0].send(b"late", native.collective_own_tag(seq, c.rank, 0), force_tag=True)
     await c.barrier()
     if c.rank == 0:
         for src in range(1, c.size):

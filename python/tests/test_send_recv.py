@@ -251,6 +251,41 @@ def test_the_spin_rule_tells_the_drivers_passes_from_other_work(fresh_ucp):
     run(main())
 
 
+def test_the_inline_spin_runs_with_only_the_drivers_pass_queued(fresh_ucp):
+    """``inline_spin_us`` (what ``send`` and ``recv`` may spin) knows the usual queue, the pass
+    the blocking driver queued last, by identity: with it alone the spin runs; with anything
+    beside it, or anything else alone, it does not."""
+    from ucp.continuous_ucx_progress import _drivers, inline_spin_us, set_spin_us, spin_us
+
+    before = spin_us()
+    set_spin_us(100)
+
+    async def main():
+        lf, client, server = await pair()
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        driver = _drivers[ucp.core._get_ctx().worker][loop]
+        driver._schedule()
+        assert len(loop._ready) == 1, list(loop._ready)
+        assert inline_spin_us() == 100, "only the driver's pass is queued"
+        loop.call_soon(lambda: None)
+        assert inline_spin_us() == 0, "other work is queued beside the pass"
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if not loop._ready:
+                break
+        loop.call_soon(lambda: None)
+        assert inline_spin_us() == 0, "other work is queued (alone, once the driver went idle)"
+        await asyncio.sleep(0)
+        lf.close()
+
+    try:
+        run(main())
+    finally:
+        set_spin_us(before)
+
+
 def test_the_spin_rule_passes_over_a_non_blocking_drivers_step(fresh_ucp):
     """A non-blocking driver's next step (its asyncio task's, a step that is no bound method,
     queued at every loop iteration) is the driver's, not other work: with only it queued,

@@ -85,6 +85,11 @@ def others_ready(loop):
     return False
 
 
+# The handle of the pass a blocking driver queued last (``call_soon``), until it runs or its
+# driver stops: lets ``inline_spin_us`` know the usual queue, that pass alone, by identity. With
+# drivers on several loops it names one of them; the others' passes take ``others_ready``.
+_queued_pass = None
+
 # The running loop ``inline_spin_us`` last saw (weakly), forgotten in a forked child.
 _loop_seen = None
 
@@ -123,7 +128,10 @@ def inline_spin_us():
     loop = ref() if ref is not None else None
     if loop is None or getattr(loop, "_thread_id", None) != _get_ident():
         loop = _running_loop()
-    if not getattr(loop, "_ready", None):
+    ready = getattr(loop, "_ready", None)
+    # The usual case beside an empty queue: only the pass a blocking driver last queued
+    # (one identity check, where ``others_ready`` costs about 0.3 us a call).
+    if not ready or (len(ready) == 1 and ready[0] is _queued_pass):
         return SPIN_US
     return 0 if others_ready(loop) else SPIN_US
 
@@ -185,11 +193,12 @@ class BlockingMode(ProgressTask):
             return
         self._scheduled = True
         loop = self.event_loop
+        global _queued_pass
         try:
             if asyncio._get_running_loop() is loop:
-                loop.call_soon(self._run)
+                _queued_pass = loop.call_soon(self._run)
             else:
-                loop.call_soon_threadsafe(self._run)
+                _queued_pass = loop.call_soon_threadsafe(self._run)
         except RuntimeError:  # loop closed
             self._scheduled = False
 
@@ -199,6 +208,8 @@ class BlockingMode(ProgressTask):
             self._run()
 
     def _run(self):
+        global _queued_pass
+        _queued_pass = None
         self._scheduled = False
         if self._fd is None:  # stopped: a pass queued before the stop has nothing to drive
             return
@@ -213,6 +224,8 @@ class BlockingMode(ProgressTask):
             self._schedule()
 
     def stop(self):
+        global _queued_pass
+        _queued_pass = None
         loop = self.event_loop
         fd = getattr(self, "_fd", None)
         if fd is not None and not loop.is_closed():

@@ -575,11 +575,13 @@ impl Endpoint {
     /// can be received after the peer closed, not after we closed on a lost message), raises
     /// the peer's failure, then `UCXCloseError` if closed.
     fn check_recv(&self, py: Python<'_>, tag: u64) -> PyResult<()> {
+        // An open endpoint first: the usual case then needs no probe of UCX's queue.
+        let Err(ended) = self.open_ep(py) else { return Ok(()) };
         // After a close that lost a message, a message waiting now may be the one after it:
         // never hand that out.
         let lost_one = lock(&self.shared.closed_because).is_some();
         if lost_one || !self.engine.unclaimed.probe(&self.engine.worker, tag, FULL_MASK) {
-            self.open_ep(py)?;
+            return Err(ended);
         }
         Ok(())
     }
