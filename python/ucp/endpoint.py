@@ -187,7 +187,7 @@ class Endpoint:
 
     # ``send`` and ``recv`` run for every message, so each does its work in its own body
     # (``_tag``'s usual case, ``_post_send``/``_post_recv``, ``_recv_finished``): every Python
-    # call or coroutine less took about 0.1 us off a one-way 8 B message (docs/performance.md).
+    # call or coroutine less took about 0.1 us off a one-way 8 B message (docs/log.md, Python).
 
     async def send(self, buffer, tag=None, force_tag=False):
         """Sends ``buffer`` (buffer protocol or ``__cuda_array_interface__``) on the
