@@ -91,6 +91,14 @@ impl<T> Inflight<T> {
     /// not tracked). Otherwise [`keep`](Inflight::keep) it under that id.
     pub fn start<B: Send + 'static>(&self, owned: &mut Owned<B>) -> (u64, Option<Result<Completion>>) {
         let id = self.next_id();
+        // Finished already (UCX did it in the call, or a spin did): no waker of this id is
+        // made, so none can have queued it, and the usual small send or receive allocates
+        // nothing here.
+        if owned.is_complete() {
+            if let Poll::Ready(r) = owned.poll_complete(&mut TaskContext::from_waker(Waker::noop())) {
+                return (id, Some(r));
+            }
+        }
         match owned.poll_complete(&mut TaskContext::from_waker(&self.waker(id))) {
             Poll::Ready(r) => {
                 lock(&self.done.0).retain(|d| *d != id);

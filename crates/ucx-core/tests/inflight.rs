@@ -1,7 +1,8 @@
-//! `Inflight` over real UCX on loopback: completions are queued by id and taken with their
-//! data, cancelling by predicate reaches exactly the chosen operations, a completion drained
-//! before the operation was kept is not lost, `spin_until` stops on `done` or its budget, and
-//! `wakes_here` counts only completions that woke a task.
+//! `Inflight` over real UCX on loopback: an operation finished at start is answered at once,
+//! completions are queued by id and taken with their data, cancelling by predicate reaches
+//! exactly the chosen operations, a completion drained before the operation was kept is not
+//! lost, `spin_until` stops on `done` or its budget, and `wakes_here` counts only completions
+//! that woke a task.
 mod common;
 
 use std::time::{Duration, Instant};
@@ -39,6 +40,26 @@ fn a_completion_is_queued_by_id_and_taken_with_its_data() {
     assert_eq!(data, "first");
     assert!(table.is_empty());
     assert!(table.finish(id).is_none(), "an id is finished once");
+}
+
+#[test]
+fn an_operation_finished_at_start_is_answered_and_neither_queued_nor_kept() {
+    let ctx = context();
+    let pair = connected_pair(&ctx);
+    let table: Inflight<&'static str> = Inflight::new();
+    wait_on(&[&pair.server, &pair.client], pair.client_ep.tag_send(&[5u8, 6, 7], 12).unwrap());
+    // The message is there before the receive, so UCX finishes the receive in the call.
+    progress_until(&[&pair.server, &pair.client], "the message to arrive", || {
+        pair.server.tag_probe(12, FULL_MASK).is_some()
+    });
+    let mut owned = pair.server.tag_recv_owned(vec![0u8; 3], 12, FULL_MASK).unwrap();
+    assert!(owned.is_complete(), "a receive of a message already there finishes in the call");
+    let (first, finished) = table.start(&mut owned);
+    assert_eq!(finished.expect("finished at start").unwrap().length, 3);
+    assert_eq!(owned.into_buffer().unwrap(), vec![5, 6, 7]);
+    assert!(table.is_empty() && !table.has_done(), "nothing kept or queued for a finished operation");
+    let second = keep_recv(&pair, &table, 13, 1, "next");
+    assert!(second > first, "ids stay fresh");
 }
 
 #[test]

@@ -274,10 +274,21 @@ static DEFERRED: std::sync::Mutex<Vec<Deferred>> = std::sync::Mutex::new(Vec::ne
 
 /// Releases the exports of finished operations (see `release_view`).
 pub(crate) fn release_deferred(_py: Python<'_>) {
-    let pending = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
-    for Deferred(mut view) in pending {
+    let mut pending = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
+    if pending.is_empty() {
+        return;
+    }
+    // Released outside the lock: a release may run Python (an exporter's release, a
+    // collection) that drops another buffer, which queues here.
+    for Deferred(mut view) in pending.drain(..) {
         // SAFETY: we hold the GIL (the token); each export is released exactly once.
         unsafe { ffi::PyBuffer_Release(&mut *view) };
+    }
+    // The emptied list goes back, so the next queued export does not allocate a new one (one
+    // per message otherwise), unless exports were queued meanwhile.
+    let mut queue = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
+    if queue.capacity() == 0 {
+        *queue = pending;
     }
 }
 
