@@ -420,6 +420,8 @@ impl Endpoint {
                 return r.map_err(|e| self.down_or("Endpoint::send", e));
             }
         }
+        // Small host messages go for fast completion either way (`ucx_core::fast_completion_pays`).
+        let fast = fast || ucx_core::fast_completion_pays(buf.byte_len(), buf.memory_type());
         let s = if fast { core.tag_send_fast(buf, tag) } else { core.tag_send(buf, tag) };
         let s = s.map_err(|e| self.cause("Endpoint::send", e))?;
         self.finish("Endpoint::send_tag", s, Load::new(buf.byte_len(), buf.memory_type())).await
@@ -506,7 +508,13 @@ impl Endpoint {
             None => buf,
         };
         let load = Load::new(buf.byte_len(), buf.memory_type());
-        let op = self.inner.core.tag_send_owned(buf, tag).map_err(|e| self.cause("Endpoint::send_owned", e))?;
+        let core = &self.inner.core;
+        let op = if ucx_core::fast_completion_pays(buf.byte_len(), buf.memory_type()) {
+            core.tag_send_owned_fast(buf, tag)
+        } else {
+            core.tag_send_owned(buf, tag)
+        };
+        let op = op.map_err(|e| self.cause("Endpoint::send_owned", e))?;
         let mut fut = CompletesOwned::new(op, &self.inner.worker.inner.signals, load);
         (&mut fut).await?;
         Ok(fut.op.take().and_then(ucx_core::Owned::into_buffer).expect("a completed operation returns its buffer"))

@@ -117,7 +117,7 @@ pub use request::{wakes_here, Completion, Request, Submitted};
 pub use rma::{MemoryHandle, RemoteKey};
 pub use stream_backlog::{StreamBacklog, StreamData};
 pub use stuck_connections::StuckConnections;
-pub use tag::{ProbeInfo, ProbedMessage, FULL_MASK};
+pub use tag::{fast_completion_pays, ProbeInfo, ProbedMessage, FAST_COMPLETION_MAX, FULL_MASK};
 pub use unclaimed::{Hold, Overflow, Unclaimed};
 pub use worker::{
     device_spin, spin_budget, spin_budget_even_if_shared, spin_yield_period, Armed, Batch, IdleYield, Spin, ThreadMode,

@@ -65,8 +65,10 @@ impl PyBuf {
     fn host(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<PyBuf> {
         // SAFETY: Py_buffer is plain C data that PyObject_GetBuffer fills in.
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        // Strides (for the contiguity check below) but no format: UCX needs only the bytes, and
+        // NumPy builds a format string for every request that asks for one.
         // SAFETY: obj is live, the GIL is held, and view is valid for writing.
-        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) };
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_STRIDES) };
         if rc != 0 {
             return Err(PyErr::fetch(obj.py()));
         }

@@ -519,7 +519,9 @@ impl Endpoint {
             },
             None => buf,
         };
-        let submitted = if how.fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
+        // Small host messages go for fast completion either way (`ucx_core::fast_completion_pays`).
+        let fast = how.fast || ucx_core::fast_completion_pays(buf.len(), buf.memory_type());
+        let submitted = if fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
         let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
         submit::track_spinning(&self.engine, py, op, on_done, spin_us)
     }
