@@ -221,21 +221,31 @@ def test_a_finished_operation_leaves_nothing_queued_on_the_loop(fresh_ucp):
     run(main())
 
 
+async def only_the_drivers_pass_queued():
+    """A connected pair on the running loop, settled, then the blocking driver's pass queued
+    alone: returns the listener, the endpoints, the loop and the driver."""
+    from ucp.continuous_ucx_progress import _drivers
+
+    lf, client, server = await pair()
+    loop = asyncio.get_running_loop()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    driver = _drivers[ucp.core._get_ctx().worker][loop]
+    driver._schedule()
+    assert len(loop._ready) == 1, list(loop._ready)
+    return lf, (client, server), loop, driver
+
+
 def test_the_spin_rule_tells_the_drivers_passes_from_other_work(fresh_ucp):
     """``others_ready`` (whether an inline spin would delay something on the loop) passes over
     the blocking driver's queued passes (``_run``, and ``_on_fd`` as the selector queues it),
     known by the function they call, and sees anything else; a pass a stopped driver left
     queued still counts as a driver's."""
-    from ucp.continuous_ucx_progress import _drivers, others_ready
+    from ucp.continuous_ucx_progress import others_ready
 
     async def main():
-        lf, client, server = await pair()
-        loop = asyncio.get_running_loop()
-        for _ in range(3):
-            await asyncio.sleep(0)
-        driver = _drivers[ucp.core._get_ctx().worker][loop]
-        driver._schedule()
-        assert len(loop._ready) == 1 and not others_ready(loop), list(loop._ready)
+        lf, eps, loop, driver = await only_the_drivers_pass_queued()
+        assert not others_ready(loop), list(loop._ready)
         loop.call_soon(driver._on_fd)
         assert not others_ready(loop), list(loop._ready)
         loop.call_soon(lambda: None)
@@ -255,19 +265,13 @@ def test_the_inline_spin_runs_with_only_the_drivers_pass_queued(fresh_ucp):
     """``inline_spin_us`` (what ``send`` and ``recv`` may spin) knows the usual queue, the pass
     the blocking driver queued last, by identity: with it alone the spin runs; with anything
     beside it, or anything else alone, it does not."""
-    from ucp.continuous_ucx_progress import _drivers, inline_spin_us, set_spin_us, spin_us
+    from ucp.continuous_ucx_progress import inline_spin_us, set_spin_us, spin_us
 
     before = spin_us()
     set_spin_us(100)
 
     async def main():
-        lf, client, server = await pair()
-        loop = asyncio.get_running_loop()
-        for _ in range(3):
-            await asyncio.sleep(0)
-        driver = _drivers[ucp.core._get_ctx().worker][loop]
-        driver._schedule()
-        assert len(loop._ready) == 1, list(loop._ready)
+        lf, eps, loop, driver = await only_the_drivers_pass_queued()
         assert inline_spin_us() == 100, "only the driver's pass is queued"
         loop.call_soon(lambda: None)
         assert inline_spin_us() == 0, "other work is queued beside the pass"
