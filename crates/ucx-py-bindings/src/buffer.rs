@@ -274,6 +274,9 @@ unsafe impl Send for Deferred {}
 
 static DEFERRED: std::sync::Mutex<Vec<Deferred>> = std::sync::Mutex::new(Vec::new());
 
+/// The most entries of room the queue keeps between releases (8 KiB of pointers).
+const KEPT_ROOM: usize = 1024;
+
 /// Releases the exports of finished operations (see `release_view`).
 pub(crate) fn release_deferred(_py: Python<'_>) {
     let mut pending = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
@@ -287,9 +290,9 @@ pub(crate) fn release_deferred(_py: Python<'_>) {
         unsafe { ffi::PyBuffer_Release(&mut *view) };
     }
     // The emptied list goes back, so the next queued export does not allocate a new one (one
-    // per message otherwise), unless exports were queued meanwhile.
+    // per message otherwise), unless exports were queued meanwhile or a burst grew it large.
     let mut queue = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    if queue.capacity() == 0 {
+    if queue.capacity() == 0 && pending.capacity() <= KEPT_ROOM {
         *queue = pending;
     }
 }
