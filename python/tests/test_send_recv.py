@@ -364,3 +364,85 @@ def test_the_spin_rule_finds_the_running_loop_of_this_thread_only():
     finally:
         stop.set()
         t.join()
+
+
+async def message_waiting(server):
+    """Waits until a message on ``server``'s own tag waits to be received."""
+    while not server._ctx.worker.tag_probe(server._tags["msg_recv"]):
+        await asyncio.sleep(0.001)
+
+
+def test_the_spin_is_asked_of_a_callable_only_for_an_operation_in_flight(fresh_ucp):
+    """``send``/``recv`` pass ``inline_spin_us`` itself: the extension calls it only when the
+    operation did not finish at once (a small message usually does, and the call sat between
+    a reply's arrival and the next send). A callable that fails is reported, and the
+    operation, already submitted, still finishes through its future."""
+    import sys
+
+    async def main():
+        lf, client, server = await pair()
+        native, tag = server._ep, server._tags["msg_recv"]
+        asked = []
+
+        def spin():
+            asked.append(1)
+            return 0
+
+        await client.send(b"12345678")
+        await message_waiting(server)
+        buf = bytearray(8)
+        assert native.tag_recv_checked(buf, tag, spin) is None, "the message was waiting"
+        assert asked == [] and buf == b"12345678"
+
+        fut = native.tag_recv_checked(buf, tag, spin)
+        assert fut is not None and asked == [1], "nothing was waiting: the spin was asked for"
+        await client.send(b"abcdefgh")
+        await fut
+        assert buf == b"abcdefgh"
+
+        def broken():
+            raise RuntimeError("no spin today")
+
+        seen = []  # the errors' types only: their tracebacks would keep the endpoints alive
+        hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(type(u.exc_value))
+        try:
+            fut = native.tag_recv_checked(buf, tag, broken)
+        finally:
+            sys.unraisablehook = hook
+        assert fut is not None and seen == [RuntimeError]
+        await client.send(b"ABCDEFGH")
+        await fut
+        assert buf == b"ABCDEFGH"
+
+        for bad in ("100", -1, 1.5):
+            with pytest.raises((TypeError, OverflowError), match="spin_us|negative|int"):
+                native.tag_recv_checked(buf, tag, bad)
+        lf.close()
+
+    run(main())
+
+
+def test_a_large_receive_finished_at_once_is_marked_for_a_turn_of_the_loop(fresh_ucp):
+    """With ``mark_large``, a receive of at least the single-copy threshold that finished at
+    once returns ``True`` (``Endpoint.recv`` then lets the event loop run now and then, so a
+    stream of such messages cannot hold its timers); a smaller one returns ``None``, as does
+    any receive without the flag."""
+    from ucp import _ucx_async as native_mod
+
+    large = native_mod.single_copy_threshold()
+
+    async def main():
+        lf, client, server = await pair()
+        native, tag = server._ep, server._tags["msg_recv"]
+        for size, mark, want in ((large, True, True), (large, False, None), (8, True, None)):
+            # A large send finishes once the peer has read it: sent from a task.
+            sent = asyncio.ensure_future(client.send(np.full(size, 7, dtype="u1")))
+            await message_waiting(server)
+            buf = np.zeros(size, dtype="u1")
+            got = native.tag_recv_checked(buf, tag, 0, False, mark)
+            await sent
+            assert got is want, (size, mark, got)
+            assert (buf == 7).all()
+        lf.close()
+
+    run(main())

@@ -21,15 +21,6 @@ logger = logging.getLogger("ucx")
 __all__ = ["Endpoint", "EndpointClosedError"]
 
 
-# Receives of this many bytes or more may finish in the call, by single copy (see ``recv``).
-_SINGLE_COPY_MIN = _native.single_copy_threshold()
-
-
-def _nbytes(buffer):
-    n = getattr(buffer, "nbytes", None)
-    return n if n is not None else memoryview(buffer).nbytes
-
-
 # When a large receive that finished in the call last let the event loop run.
 _last_yield = [0.0]
 
@@ -205,7 +196,8 @@ class Endpoint:
             raise UCXEndpointClosed("Endpoint closed")
         self._send_count += 1
         # One native call: raises the peer's failure, or UCXEndpointClosed if closed, first.
-        fut = ep.tag_send_checked(buffer, tag, inline_spin_us(), False)
+        # It asks ``inline_spin_us`` only if the send did not finish at once.
+        fut = ep.tag_send_checked(buffer, tag, inline_spin_us, False)
         if fut is None:
             return True
         return await fut
@@ -222,12 +214,15 @@ class Endpoint:
         if ep is None:
             raise UCXEndpointClosed("Endpoint closed")
         self._recv_count += 1
-        # As ``_post_recv``: checks, then progresses for up to the spin before a future.
-        fut = ep.tag_recv_checked(buffer, tag, inline_spin_us())
+        # As ``_post_recv``: checks, then progresses for up to the spin (asked of
+        # ``inline_spin_us`` only if needed) before a future. ``True``: a large message
+        # finished at once (``mark_large``).
+        fut = ep.tag_recv_checked(buffer, tag, inline_spin_us, False, True)
         if fut is None:
             ret = True
-            if _nbytes(buffer) >= _SINGLE_COPY_MIN:
-                await _let_the_loop_run()
+        elif fut is True:
+            ret = True
+            await _let_the_loop_run()
         else:
             ret = await self._await_recv(fut)
         n = self._finished_recv_count = self._finished_recv_count + 1

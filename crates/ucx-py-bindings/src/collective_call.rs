@@ -28,7 +28,7 @@ use crate::buffer::PyBuf;
 use crate::endpoint::Endpoint;
 use crate::engine::Engine;
 use crate::errors::value_error;
-use crate::submit;
+use crate::submit::{self, SpinUs};
 
 /// Leftovers, as `(kind, rank, value)` tuples. Kinds:
 /// - `"send"`: a send still in flight (value: its future);
@@ -348,7 +348,7 @@ pub(crate) fn collective_alltoallv<'py>(
         // A direct part: one message (batch 0) from the caller's memory, right behind.
         debug_assert_eq!(announce.messages(), 1);
         let tag = collective_tag::own(seq, me, Announce::tag_batch(0)).map_err(value_error)?;
-        left.posted("send", r, part.len(), ep.get().tag_send_checked(py, &parts[r], tag, 0, false))?;
+        left.posted("send", r, part.len(), ep.get().tag_send_checked(py, &parts[r], tag, SpinUs::Fixed(0), false))?;
     }
     if let Err(e) = fill(&targets[me], host_bytes(&bufs[me])) {
         left.failed("recv_failed", me, e)?;
@@ -364,7 +364,14 @@ pub(crate) fn collective_alltoallv<'py>(
         if r == me {
             continue;
         }
-        let got = match ep.get().tag_recv_checked(py, rooms[r].as_any(), tags.theirs[r], left_us(deadline), true) {
+        let got = match ep.get().tag_recv_checked(
+            py,
+            rooms[r].as_any(),
+            tags.theirs[r],
+            SpinUs::Fixed(left_us(deadline)),
+            true,
+            false,
+        ) {
             Ok(got) => got.map(|g| g.into_bound(py)),
             Err(e) => {
                 left.failed("recv_failed", r, e)?;

@@ -17,7 +17,7 @@ use crate::errors::{self, End, Kind};
 use crate::outcome::{Expect, Name};
 use crate::rma::RemoteKey;
 use crate::single_copy;
-use crate::submit::{self, Submission};
+use crate::submit::{self, SpinBudget, SpinUs, Submission};
 use crate::sync::lock;
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
@@ -38,7 +38,7 @@ pub(crate) struct TagRecv<'a> {
     pub(crate) ep: Option<&'a Arc<EpShared>>,
     pub(crate) name: Option<String>,
     /// How long to progress the worker (GIL released) before handing back a future.
-    pub(crate) spin_us: u64,
+    pub(crate) spin_us: SpinUs,
 }
 
 impl TagRecv<'_> {
@@ -63,7 +63,7 @@ impl TagRecv<'_> {
         on_done: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let nbytes = buf.len();
-        let spin_us = submit::spin_budget_for(self.spin_us, nbytes, buf.memory_type());
+        let spin = SpinBudget { base: self.spin_us, nbytes, memory: buf.memory_type() };
         let name = Name::or_op(self.name, "Recv", self.ep.map_or(0, |e| e.handle), Some(self.tag), nbytes);
         let expect = Expect { up_to: self.up_to, ..Expect::new(name, Some(nbytes)) };
         let owner = self.ep.map(|e| e.clone() as Arc<dyn OpOwner>);
@@ -71,13 +71,13 @@ impl TagRecv<'_> {
         let link = self.ep.and_then(|e| Some((e.single_copy.get()?.clone(), lock(&e.ep).clone()?)));
         let Some(link) = link else {
             let submitted = engine.unclaimed.recv_owned(&engine.worker, buf, self.tag, self.mask);
-            return submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin_us);
+            return submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin);
         };
         let submitted = engine
             .unclaimed
             .recv_owned(&engine.worker, Receive::new(buf), self.tag, self.mask)
             .map(|o| single_copy::read_through(o, link));
-        submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin_us)
+        submit::track_spinning(engine, py, Submission { submitted, expect, owner }, on_done, spin)
     }
 }
 
@@ -237,7 +237,7 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.send_spinning(py, buffer, tag, on_done, name, Sending { spin_us: 0, fast: false })
+        self.send_spinning(py, buffer, tag, on_done, name, Sending { spin_us: SpinUs::Fixed(0), fast: false })
     }
 
     /// Receives (worker-wide, as UCX-Py) a message with exactly `tag` into `buffer`, which it
@@ -251,23 +251,24 @@ impl Endpoint {
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.recv_spinning(py, buffer, tag, on_done, name, 0)
+        self.recv_spinning(py, buffer, tag, on_done, name, SpinUs::Fixed(0))
     }
 
     /// `Endpoint.send`'s checks and `tag_send` in one call: raises the peer's failure
     /// (as `raise_on_error`), then `UCXCloseError` if closed, else sends, progressing for up
-    /// to `spin_us` before it returns a future (a rendezvous send finishes once the peer has
+    /// to `spin_us` (microseconds, or a callable giving them: `submit::SpinUs`) before it
+    /// returns a future (a rendezvous send finishes once the peer has
     /// fetched the data; see `TagRecv::post`).
     /// With `fast`, UCX completes the send as early as it can, copying eagerly where it would
     /// otherwise start a rendezvous (`ucx_core::Endpoint::tag_send_fast`; the collectives'
     /// announcements).
-    #[pyo3(signature = (buffer, tag, spin_us = 0, fast = false))]
+    #[pyo3(signature = (buffer, tag, spin_us = SpinUs::Fixed(0), fast = false))]
     pub(crate) fn tag_send_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         tag: u64,
-        spin_us: u64,
+        spin_us: SpinUs,
         fast: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
         self.send_spinning(py, buffer, tag, None, None, Sending { spin_us, fast })
@@ -276,23 +277,32 @@ impl Endpoint {
     /// `Endpoint.recv`'s checks and `tag_recv` in one call: unless a message with `tag` is
     /// already waiting (it can be received after the peer closed, not after we closed on a
     /// lost message), raises the peer's failure,
-    /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us` before
-    /// it returns a future (see `TagRecv::post`). With `up_to`, the message may be shorter
-    /// than `buffer` and the receive resolves to its length (returned at once if it finished
-    /// at once): for messages whose size the receiver cannot know (the collectives'
-    /// announcements, which may carry a small part).
-    #[pyo3(signature = (buffer, tag, spin_us = 0, up_to = false))]
+    /// then `UCXCloseError` if closed; then receives, progressing for up to `spin_us`
+    /// (microseconds, or a callable giving them: `submit::SpinUs`) before it returns a future
+    /// (see `TagRecv::post`). With `up_to`, the message may be shorter than `buffer` and the
+    /// receive resolves to its length (returned at once if it finished at once): for messages
+    /// whose size the receiver cannot know (the collectives' announcements, which may carry a
+    /// small part). With `mark_large`, a receive of at least the single-copy threshold that
+    /// finished at once returns `True` instead of `None`, so the caller can let its event loop
+    /// run (`Endpoint.recv`) without working out the buffer's size in Python.
+    #[pyo3(signature = (buffer, tag, spin_us = SpinUs::Fixed(0), up_to = false, mark_large = false))]
     pub(crate) fn tag_recv_checked(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         tag: u64,
-        spin_us: u64,
+        spin_us: SpinUs,
         up_to: bool,
+        mark_large: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
         self.check_recv(py, tag)?;
         let recv = TagRecv { tag, up_to, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
-        self.post_recv(py, recv, PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?, None)
+        let buf = PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?;
+        let large = mark_large && buf.len() >= ucx_core::single_copy::threshold();
+        match self.post_recv(py, recv, buf, None)? {
+            None if large => Ok(Some(pyo3::types::PyBool::new(py, true).to_owned().into_any().unbind())),
+            pending => Ok(pending),
+        }
     }
 
     /// Starts the same-host single-copy path with a peer that carried its mark in the
@@ -472,9 +482,8 @@ impl Endpoint {
 
 /// How a tag send goes: how long to spin if UCX did not finish it at once, and whether for fast
 /// completion.
-#[derive(Clone, Copy)]
 struct Sending {
-    spin_us: u64,
+    spin_us: SpinUs,
     fast: bool,
 }
 
@@ -505,7 +514,7 @@ impl Endpoint {
         let ep = self.open_ep(py)?;
         let buf = PyBuf::readable(buffer)?.check_cuda(self.engine.cuda_support)?;
         let name = self.name("Send", Some(tag), buf.len(), name);
-        let spin_us = submit::spin_budget_for(how.spin_us, buf.len(), buf.memory_type());
+        let spin = SpinBudget { base: how.spin_us, nbytes: buf.len(), memory: buf.memory_type() };
         let buf = match self.shared.single_copy.get().filter(|_| !how.fast) {
             Some(link) => match single_copy::send(&self.engine, &ep, link, buf, tag) {
                 Ok(answer) => {
@@ -513,7 +522,7 @@ impl Endpoint {
                     // the message is delivered, as one UCX sent would be.
                     let expect = Expect { survives_cancel: true, ..Expect::new(name, None) };
                     let op = Submission { submitted: answer, expect, owner: Some(self.owner()) };
-                    return submit::track_spinning(&self.engine, py, op, on_done, spin_us);
+                    return submit::track_spinning(&self.engine, py, op, on_done, spin);
                 }
                 Err(buf) => buf,
             },
@@ -523,7 +532,7 @@ impl Endpoint {
         let fast = how.fast || ucx_core::fast_completion_pays(buf.len(), buf.memory_type());
         let submitted = if fast { ep.tag_send_owned_fast(buf, tag) } else { ep.tag_send_owned(buf, tag) };
         let op = Submission { submitted, expect: Expect::new(name, None), owner: Some(self.owner()) };
-        submit::track_spinning(&self.engine, py, op, on_done, spin_us)
+        submit::track_spinning(&self.engine, py, op, on_done, spin)
     }
 
     /// A worker-wide receive of exactly `tag`, registered on this endpoint, spinning up to
@@ -535,7 +544,7 @@ impl Endpoint {
         tag: u64,
         on_done: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
-        spin_us: u64,
+        spin_us: SpinUs,
     ) -> PyResult<Option<Py<PyAny>>> {
         let recv = TagRecv { tag, up_to: false, mask: FULL_MASK, ep: Some(&self.shared), name, spin_us };
         self.post_recv(py, recv, PyBuf::writable(buffer)?.check_cuda(self.engine.cuda_support)?, on_done)
@@ -551,7 +560,14 @@ impl Endpoint {
         spin_us: u64,
     ) -> PyResult<Option<Py<PyAny>>> {
         self.check_recv(py, tag)?;
-        let recv = TagRecv { tag, up_to: false, mask: FULL_MASK, ep: Some(&self.shared), name: None, spin_us };
+        let recv = TagRecv {
+            tag,
+            up_to: false,
+            mask: FULL_MASK,
+            ep: Some(&self.shared),
+            name: None,
+            spin_us: SpinUs::Fixed(spin_us),
+        };
         self.post_recv(py, recv, buf, None)
     }
 

@@ -5,8 +5,9 @@
 //! lands meanwhile completes it inline, with no future and no trip through the event loop.
 use std::sync::Arc;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCFunction, PyTuple};
+use pyo3::types::{PyCFunction, PyInt, PyTuple};
 use ucx_core::{MemoryType, Owned};
 
 use crate::buffer;
@@ -57,6 +58,58 @@ pub(crate) fn track<B: Send + 'static>(
     }
 }
 
+/// How long a call may progress the worker before it hands back a future: a number of
+/// microseconds, or a Python callable that gives that number, called only for an operation that
+/// did not finish at once. `Endpoint.send`/`recv` pass `inline_spin_us` itself: a small send
+/// finishes at once, and the call, which otherwise ran between a reply's arrival and the next
+/// send, cost 0.1-0.2 us of a one-way 8 B message (docs/log.md, Python).
+pub(crate) enum SpinUs {
+    Fixed(u64),
+    Ask(Py<PyAny>),
+}
+
+impl<'py> FromPyObject<'py> for SpinUs {
+    fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(n) = ob.downcast::<PyInt>() {
+            return Ok(SpinUs::Fixed(n.extract()?));
+        }
+        if ob.is_callable() {
+            return Ok(SpinUs::Ask(ob.clone().unbind()));
+        }
+        Err(PyTypeError::new_err(format!(
+            "spin_us must be a number of microseconds (int >= 0) or a callable giving one, not {}",
+            ob.get_type().name()?
+        )))
+    }
+}
+
+/// A call's spin: its base ([`SpinUs`]) grown with the bytes the operation moves
+/// ([`spin_budget_for`]), worked out only if the operation is still in flight.
+pub(crate) struct SpinBudget {
+    pub(crate) base: SpinUs,
+    pub(crate) nbytes: usize,
+    pub(crate) memory: MemoryType,
+}
+
+impl SpinBudget {
+    /// The budget in microseconds. A callable that fails or gives no number is reported as
+    /// unraisable and the call does not spin: the operation is already submitted, and its
+    /// future still brings its outcome.
+    fn us(self, py: Python<'_>) -> u64 {
+        let base = match self.base {
+            SpinUs::Fixed(n) => n,
+            SpinUs::Ask(f) => match f.call0(py).and_then(|v| v.extract::<u64>(py)) {
+                Ok(n) => n,
+                Err(e) => {
+                    e.write_unraisable(py, Some(f.bind(py)));
+                    0
+                }
+            },
+        };
+        spin_budget_for(base, self.nbytes, self.memory)
+    }
+}
+
 /// The spin budget, in microseconds, of a wait of `spin_us` on an operation that moves
 /// `nbytes` of `memory` ([`ucx_core::spin_budget`]; `worker::spin_budget_us` gives it to
 /// Python). 0 stays 0: the caller asked for no spin (other tasks are ready to run).
@@ -82,7 +135,7 @@ fn grown_us(spin_us: u64, rule: impl FnOnce(std::time::Duration) -> std::time::D
     u64::try_from(rule(std::time::Duration::from_micros(spin_us)).as_micros()).unwrap_or(u64::MAX)
 }
 
-/// [`track`], first progressing the worker (GIL released) for up to `spin_us` if the
+/// [`track`], first progressing the worker (GIL released) for up to `spin`'s budget if the
 /// operation is in flight. Only after tracking it does it deliver what else the spin
 /// completed: an endpoint failure the spin saw must find the operation tracked, to cancel it
 /// (UCX does not end a tag receive when an endpoint fails), and an event the spin consumed
@@ -92,16 +145,19 @@ pub(crate) fn track_spinning<B: Send + 'static>(
     py: Python<'_>,
     op: Submission<B>,
     on_done: Option<&Bound<'_, PyAny>>,
-    spin_us: u64,
+    spin: SpinBudget,
 ) -> PyResult<Option<Py<PyAny>>> {
     let (op, spun) = match op.submitted {
-        Ok(owned) if spin_us > 0 && !owned.is_complete() => {
-            let (owned, spin) = py.allow_threads(move || {
-                let spin = engine.spin_until(spin_us, || owned.is_complete());
-                (owned, spin)
-            });
-            (Submission { submitted: Ok(owned), ..op }, Some(spin))
-        }
+        Ok(owned) if !owned.is_complete() => match spin.us(py) {
+            0 => (Submission { submitted: Ok(owned), ..op }, None),
+            spin_us => {
+                let (owned, spin) = py.allow_threads(move || {
+                    let spin = engine.spin_until(spin_us, || owned.is_complete());
+                    (owned, spin)
+                });
+                (Submission { submitted: Ok(owned), ..op }, Some(spin))
+            }
+        },
         submitted => (Submission { submitted, ..op }, None),
     };
     let tracked = track(engine, py, op, on_done);

@@ -16,7 +16,7 @@ use crate::engine::Engine;
 use crate::errors;
 use crate::listener::{ConnRequestPy, Listener};
 use crate::outcome::{Expect, Name};
-use crate::submit::{self, Submission};
+use crate::submit::{self, SpinUs, Submission};
 
 #[pyclass(frozen, weakref, module = "ucp._ucx_async")]
 pub(crate) struct Worker {
@@ -210,7 +210,7 @@ impl Worker {
         ep: Option<&Endpoint>,
         name: Option<String>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let recv = TagRecv { tag, up_to: false, mask, ep: ep.map(|e| &e.shared), name, spin_us: 0 };
+        let recv = TagRecv { tag, up_to: false, mask, ep: ep.map(|e| &e.shared), name, spin_us: SpinUs::Fixed(0) };
         recv.post(&self.engine, buffer, on_done)
     }
 
