@@ -7,7 +7,9 @@
 # the UCX_* variables `import ucp` sets, the floor under the Python peers' small messages.
 # ROUNDS (default 3) rounds, each running every side once, the order rotated round by round; a
 # cell is min / median / max over the rounds, and a ratio is taken within each round (this
-# machine's speed moves between minutes, so only sides measured side by side compare).
+# machine's speed moves between minutes, so only sides measured side by side compare). A side
+# that prints no report is tried once more, then counted as failed in that round and named so
+# in the table; the other sides go on.
 # Expects scripts/setup.sh to have run. A quiet machine is wanted (polling modes spin).
 # All three use the same UCX, .venv's (.venv-ucxx pins its libucx-cu12 to it).
 set -euo pipefail
@@ -67,12 +69,21 @@ RUNNERS=("ours" "ours_polling" "ucxx --progress-mode blocking" "ucxx --progress-
          "ucxx --progress-mode thread" "perftest_lat" "perftest_lat_e")
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
+# One side's "latency bandwidth" at size $1 by runner $2, tried twice; "failed failed" if it
+# printed no report either time (UCXX's benchmark in thread mode sometimes prints none). The
+# table then counts only the rounds a side finished and says how many it did not.
+measure() {
+    local out
+    # shellcheck disable=SC2086 # a runner and its flags, split into words
+    out=$(SIZE=$1 ${RUNNERS[$2]} 2>/dev/null) || out=$(SIZE=$1 ${RUNNERS[$2]}) || out=""
+    echo "${out:-failed failed}"
+}
 n=${#NAMES[@]}
 for ((r = 0; r < ROUNDS; r++)); do
     for ((k = 0; k < n; k++)); do
         i=$(( (k + r) % n ))
-        read -r l8 _ < <(SIZE=8 ${RUNNERS[$i]})
-        read -r _ b1 < <(SIZE=1048576 ${RUNNERS[$i]})
+        read -r l8 _ < <(measure 8 "$i")
+        read -r _ b1 < <(measure 1048576 "$i")
         printf '%s\t%s\t%s\t%s\n' "$r" "${NAMES[$i]}" "$l8" "$b1" >>"$RESULTS"
         printf 'round %d: %-28s 8 B %8s us  1 MiB %10s MiB/s\n' "$((r + 1))" "${NAMES[$i]}" "$l8" "$b1"
     done
@@ -84,24 +95,44 @@ import statistics, sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
 rounds = int(sys.argv[2])
 lat, bw, names = {}, {}, []
+def number(text):
+    return None if text == "failed" else float(text)
 for r, name, l8, b1 in rows:
     if name not in names:
         names.append(name)
-    lat[name, int(r)], bw[name, int(r)] = float(l8), float(b1)
+    lat[name, int(r)], bw[name, int(r)] = number(l8), number(b1)
 def mmm(xs, fmt):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "failed"
     return " / ".join(fmt.format(x) for x in (min(xs), statistics.median(xs), max(xs)))
+def failed(name):
+    k = sum(lat[name, r] is None or bw[name, r] is None for r in range(rounds))
+    return f" (no report in {k} of {rounds} rounds)" if k else ""
 print(f"\n{rounds} rounds, min / median / max\n")
 print(f"| run | 8 B one-way (us) | 1 MiB (MiB/s) |\n|---|---|---|")
 for name in names:
-    print(f"| {name} | {mmm([lat[name, r] for r in range(rounds)], '{:.2f}')} "
+    print(f"| {name}{failed(name)} | {mmm([lat[name, r] for r in range(rounds)], '{:.2f}')} "
           f"| {mmm([bw[name, r] for r in range(rounds)], '{:.0f}')} |")
 ucxx = [n for n in names if n.startswith("ucxx")]
 ours, perf, floor = "ucp (ours), blocking", "ucx_perftest tag_lat", "ucx_perftest tag_lat -e, ucp's UCX_*"
-lat_ratio = [lat[ours, r] / min(lat[n, r] for n in ucxx) for r in range(rounds)]
-floor_ratio = [lat[floor, r] / min(lat[n, r] for n in ucxx) for r in range(rounds)]
-above_floor = [lat[ours, r] - lat[floor, r] for r in range(rounds)]
-bw_ratio = [bw[ours, r] / max(bw[n, r] for n in ucxx) for r in range(rounds)]
-perf_ratio = [bw[ours, r] / bw[perf, r] for r in range(rounds)]
+def per_round(f, table, sides, best=None):
+    """f(the sides' figures of a round[, the best UCXX mode's]) for each round where all of
+    them have one (`best`: min or max over the UCXX modes that reported)."""
+    out = []
+    for r in range(rounds):
+        values = [table[s, r] for s in sides]
+        if best is not None:
+            modes = [table[n, r] for n in ucxx if table[n, r] is not None]
+            values.append(best(modes) if modes else None)
+        if None not in values:
+            out.append(f(*values))
+    return out
+lat_ratio = per_round(lambda o, u: o / u, lat, [ours], min)
+floor_ratio = per_round(lambda f, u: f / u, lat, [floor], min)
+above_floor = per_round(lambda o, f: o - f, lat, [ours, floor])
+bw_ratio = per_round(lambda o, u: o / u, bw, [ours], max)
+perf_ratio = per_round(lambda o, p: o / p, bw, [ours, perf])
 print(f"\nPer round, min / median / max:")
 print(f"8 B one-way, ours blocking / best UCXX mode:   {mmm(lat_ratio, '{:.2f}')}  (target <= 0.5)")
 print(f"8 B one-way, perftest -e / best UCXX mode:      {mmm(floor_ratio, '{:.2f}')}  (UCX's own, same settings)")
