@@ -241,6 +241,53 @@ def test_off_everywhere_with_the_setting(fresh_ucp):
     assert out.stdout.strip() == "(False, False, 0, 0) False", out.stdout
 
 
+@pytest.mark.parametrize(
+    "env, error_handling",
+    [({}, True), ({"UCX_MM_ERROR_HANDLING": "y"}, True), ({}, False)],
+    ids=["default", "ucx-shared-memory-with-error-handling", "no-error-handling"],
+)
+def test_taken_only_where_ucx_would_use_tcp(fresh_ucp, env, error_handling):
+    # Without peer error handling, or with UCX_MM_ERROR_HANDLING=y, UCX moves host data
+    # between local processes by shared memory (and CMA) itself, faster than the path: no
+    # mark in the handshake, no hello, every byte by UCX. By default the path is taken.
+    code = (
+        "import asyncio, numpy as np, ucp\n"
+        "EH = " + repr(error_handling) + "\n"
+        "async def main():\n"
+        "    got = asyncio.get_running_loop().create_future()\n"
+        "    async def echo(ep):\n"
+        "        buf = np.empty(1 << 20, dtype='u1')\n"
+        "        await ep.recv(buf)\n"
+        "        await ep.send(buf)\n"
+        "        got.set_result(ep)\n"
+        "    lf = ucp.create_listener(echo, endpoint_error_handling=EH)\n"
+        "    ep = await ucp.create_endpoint('127.0.0.1', lf.port, endpoint_error_handling=EH)\n"
+        "    for _ in range(200):\n"
+        "        if ep.single_copy[0]:\n"
+        "            break\n"
+        "        await asyncio.sleep(0.005)\n"
+        "    out = np.arange(1 << 20, dtype='u1')\n"
+        "    back = np.empty_like(out)\n"
+        "    await asyncio.gather(ep.send(out), ep.recv(back))\n"
+        "    assert (back == out).all()\n"
+        "    server = await got\n"
+        "    print('counts', ep.single_copy, server.single_copy, ep._tags['single_copy'], flush=True)\n"
+        "    await ep.close(); lf.close()\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "UCX_NET_DEVICES": "lo", **env}
+    env.pop("UCXA_SINGLE_COPY", None)
+    if "UCX_MM_ERROR_HANDLING" not in env:
+        env.pop("UCX_MM_ERROR_HANDLING", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    counts = [line for line in out.stdout.splitlines() if line.startswith("counts ")]
+    if env.get("UCX_MM_ERROR_HANDLING") or not error_handling:
+        assert counts == ["counts (False, False, 0, 0) (False, False, 0, 0) False"], out.stdout
+    else:
+        assert counts == ["counts (True, True, 1, 1) (True, True, 1, 1) True"], out.stdout
+
+
 def test_a_cancelled_send_is_still_delivered(progress_mode):
     """As a send UCX cannot withdraw goes on to completion, a single-copy send whose caller
     cancels it still delivers its message whole (the buffer is kept until the answer)."""

@@ -34,7 +34,7 @@ async def _listener_handler_coroutine(conn_request, ctx, func, endpoint_error_ha
     except UCXBaseException as e:
         logger.warning("Accepting a connection failed: %s", str(e))
         return
-    msg_tag, ctrl_tag = new_tags(ucx_ep.handle)
+    msg_tag, ctrl_tag = new_tags(ucx_ep)
     try:
         peer_info = await exchange_peer_info(
             ucx_ep,
@@ -176,7 +176,7 @@ class ApplicationContext:
         ucx_ep = self.worker.connect(ip, port, endpoint_error_handling)
         # Progress once at once: many simultaneous connects otherwise stall (UCX-Py PR #504).
         self.worker.progress()
-        msg_tag, ctrl_tag = new_tags(ucx_ep.handle)
+        msg_tag, ctrl_tag = new_tags(ucx_ep)
         try:
             peer_info = await exchange_peer_info(
                 ucx_ep, msg_tag, ctrl_tag, listener=False, connect_timeout=self.connect_timeout

@@ -64,15 +64,17 @@ def _peer(protocol, peer):
     return {"msg_tag": msg_tag, "ctrl_tag": ctrl_tag, "single_copy": marked}
 
 
-def new_tags(ep_handle):
-    """This side's fresh ``(msg_tag, ctrl_tag)`` for an endpoint: ``msg_tag`` by UCX-Py's
-    derivation, ``ctrl_tag`` derived from it with the mark that tells a peer of ours that
-    this side speaks the same-host single-copy path (a UCX-Py or UCXX peer uses it as any
-    tag). With the path turned off (``UCXA_SINGLE_COPY=0``) both are UCX-Py's."""
+def new_tags(ucx_ep):
+    """This side's fresh ``(msg_tag, ctrl_tag)`` for the native endpoint ``ucx_ep``:
+    ``msg_tag`` by UCX-Py's derivation, ``ctrl_tag`` derived from it with the mark that tells
+    a peer of ours that this side speaks the same-host single-copy path (a UCX-Py or UCXX peer
+    uses it as any tag). Where the endpoint does not offer the path (turned off with
+    ``UCXA_SINGLE_COPY=0``, no peer error handling, or ``UCX_MM_ERROR_HANDLING=y``: UCX's
+    shared memory serves it) both are UCX-Py's."""
     seed = os.urandom(16)
-    msg_tag = hash64bits("msg_tag", seed, ep_handle)
-    marked = _native.single_copy_ctrl_tag(msg_tag)
-    return msg_tag, marked if marked is not None else hash64bits("ctrl_tag", seed, ep_handle)
+    msg_tag = hash64bits("msg_tag", seed, ucx_ep.handle)
+    marked = _native.single_copy_ctrl_tag(msg_tag) if ucx_ep.offers_single_copy else None
+    return msg_tag, marked if marked is not None else hash64bits("ctrl_tag", seed, ucx_ep.handle)
 
 
 def tag_map(msg_tag, ctrl_tag, peer_info):

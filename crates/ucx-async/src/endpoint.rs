@@ -247,7 +247,8 @@ impl Endpoint {
     }
 
     /// The endpoint after its handshake (if any); `marked`: the peer carried the single-copy
-    /// mark, so the hello exchange starts.
+    /// mark, so the hello exchange starts where this endpoint offers the path too
+    /// (`ucx_core::single_copy::offered_on`).
     fn established(
         worker: &Worker,
         core: ucx_core::Endpoint,
@@ -261,7 +262,9 @@ impl Endpoint {
             tokio::spawn(async move { watch_ctrl(w, s, tag).await })
         });
         let single_copy = match tags {
-            Some(t) if marked && ucx_core::single_copy::enabled() => Some(SingleCopy::start(worker, &core, &state, t)),
+            Some(t) if marked && ucx_core::single_copy::offered_on(&core) => {
+                Some(SingleCopy::start(worker, &core, &state, t))
+            }
             _ => None,
         };
         let inner = Arc::new(EndpointInner {

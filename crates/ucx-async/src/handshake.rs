@@ -37,10 +37,10 @@ pub(crate) fn random_tag() -> u64 {
     h.finish()
 }
 
-/// Our UCX-Py `ctrl_tag`: marked for the single-copy path, or random (as UCX-Py's) where the
-/// path is turned off.
-fn our_ctrl_tag(msg_tag: u64) -> u64 {
-    if ucx_core::single_copy::enabled() {
+/// Our UCX-Py `ctrl_tag`: marked for the single-copy path where the endpoint `offers` it
+/// (`ucx_core::single_copy::offered`), else random, as UCX-Py's.
+fn our_ctrl_tag(msg_tag: u64, offers: bool) -> u64 {
+    if offers {
         marked_ctrl_tag(msg_tag)
     } else {
         random_tag()
@@ -99,7 +99,8 @@ fn ucxx_tags(msg_tag: u64, peer: UcxxPeerInfo) -> Tags {
 }
 
 /// The listener's side: send our info first, then read the client's. Also says whether the
-/// client carried the single-copy mark (our UCX-Py peer info's `ctrl_tag` always does).
+/// client carried the single-copy mark (our UCX-Py peer info's `ctrl_tag` does where the
+/// endpoint offers the path).
 pub(crate) async fn server(
     ep: &ucx_core::Endpoint,
     signals: &Signals,
@@ -110,7 +111,7 @@ pub(crate) async fn server(
     let msg_tag = random_tag();
     match flavour {
         Flavour::UcxPy => {
-            let ctrl_tag = our_ctrl_tag(msg_tag);
+            let ctrl_tag = our_ctrl_tag(msg_tag, ucx_core::single_copy::offered_on(ep));
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
             let mut inb = [0u8; PeerInfo::LEN];
             stream.recv(&mut inb).await?;
@@ -149,7 +150,7 @@ pub(crate) async fn client(
         Flavour::UcxPy => {
             stream.recv(&mut inb[wire::DETECT_LEN..]).await?;
             let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
-            let ctrl_tag = our_ctrl_tag(msg_tag);
+            let ctrl_tag = our_ctrl_tag(msg_tag, ucx_core::single_copy::offered_on(ep));
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
             (ucxpy_tags(msg_tag, ctrl_tag, peer), is_marked(peer.msg_tag, peer.ctrl_tag))
         }

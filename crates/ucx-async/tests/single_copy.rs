@@ -2,11 +2,13 @@
 //! handling on, where UCX itself moves host data over TCP): it turns on after the handshake,
 //! large messages travel by it whole and in order beside small ones that do not, a receive
 //! too small for one fails as a truncation, and endpoints made from worker addresses (no
-//! handshake, no mark) never use it.
+//! handshake, no mark) never use it, nor do endpoints UCX serves by shared memory (no error
+//! handling, or `UCX_MM_ERROR_HANDLING=y`).
 use std::time::{Duration, Instant};
 
+use ucx_async::core::single_copy::Counts;
 use ucx_async::core::{Context, Status};
-use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
+use ucx_async::{ConnectOptions, Endpoint, Flavour, Listener, ProgressMode, Worker};
 
 fn context() -> Context {
     Context::builder().option("NET_DEVICES", "lo").build().expect("context")
@@ -158,4 +160,43 @@ async fn worker_address_endpoints_do_not_use_it() {
     r.unwrap();
     assert!(got == data);
     assert_eq!(a.single_copy(), Default::default());
+}
+
+/// A connected pair of `ctx` with `error_handling`, after a 1 MiB echo (whole), and the
+/// counts of the client's and the server's paths.
+async fn echo_1mib(ctx: &Context, error_handling: bool) -> (Counts, Counts) {
+    let (ws, wc) = (Worker::new(ctx, ProgressMode::Event).unwrap(), Worker::new(ctx, ProgressMode::Event).unwrap());
+    let options = ConnectOptions { error_handling, ..ConnectOptions::default() };
+    let listener = Listener::bind_with(&ws, "127.0.0.1:0".parse().unwrap(), Flavour::UcxPy, options).unwrap();
+    let (s, c) = tokio::join!(listener.accept(), Endpoint::connect_with(&wc, listener.local_addr(), options));
+    let (server, client) = (s.unwrap(), c.unwrap());
+    // Time for a hello exchange to finish, where one starts.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while !(client.single_copy().sending && server.single_copy().sending) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let data = pattern(1 << 20, 5);
+    let mut got = vec![0u8; 1 << 20];
+    let (sent, recvd) = tokio::join!(client.send(&data[..]), server.recv(&mut got[..]));
+    sent.unwrap();
+    recvd.unwrap();
+    assert!(got == data);
+    let counts = (client.single_copy(), server.single_copy());
+    let _ = tokio::join!(client.close(), server.close());
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taken_only_where_ucx_would_use_tcp() {
+    if std::env::var_os("UCXA_SINGLE_COPY").is_some() || std::env::var_os("UCX_MM_ERROR_HANDLING").is_some() {
+        eprintln!("skipped: UCXA_SINGLE_COPY or UCX_MM_ERROR_HANDLING is set");
+        return;
+    }
+    let (c, s) = echo_1mib(&context(), true).await;
+    assert!(c.sending && s.receiving && c.sent == 1 && s.received == 1, "by default: {c:?} {s:?}");
+    // UCX moves host data between local endpoints by shared memory (and CMA) itself here.
+    let off = Counts::default();
+    assert_eq!(echo_1mib(&context(), false).await, (off, off), "without error handling");
+    let mm = Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build().unwrap();
+    assert_eq!(echo_1mib(&mm, true).await, (off, off), "with UCX_MM_ERROR_HANDLING=y");
 }

@@ -53,6 +53,32 @@ pub fn enabled() -> bool {
     })
 }
 
+/// Whether an endpoint of `context` offers the path to a peer of ours (the mark in its
+/// handshake, a communicator's pair tags): the path is on ([`enabled`]), the endpoint has
+/// peer error handling, and `context`'s UCX does not serve such endpoints by shared memory.
+///
+/// The path stands in for TCP only. Without error handling UCX moves host data between two
+/// local processes by shared memory and CMA (a single copy already); with
+/// `UCX_MM_ERROR_HANDLING=y` (the user's choice of UCX's shared memory with error handling)
+/// by shared memory. Taking over there cost time: ucx-async's `bench -t tag_lat -s 1048576`
+/// (event mode, the VM, 2026-12-03) took 221-333 us one way by this path against 44-46 us by
+/// UCX's shared memory with `UCX_MM_ERROR_HANDLING=y`, and 149-156 against 99-109 us without
+/// error handling.
+pub fn offered(context: &crate::Context, error_handling: bool) -> bool {
+    enabled() && error_handling && !context.setting("MM_ERROR_HANDLING").is_some_and(ucx_says_yes)
+}
+
+/// [`offered`] for `endpoint`'s context and error handling.
+pub fn offered_on(endpoint: &crate::Endpoint) -> bool {
+    offered(endpoint.worker().context(), endpoint.error_handling())
+}
+
+/// Whether UCX reads `value` as a true boolean (`ucs_config_sscanf_bool`: `y`, `yes` in any
+/// case, `on`, `1`).
+fn ucx_says_yes(value: &str) -> bool {
+    value.eq_ignore_ascii_case("y") || value.eq_ignore_ascii_case("yes") || value == "on" || value == "1"
+}
+
 /// The smallest message this process sends by descriptor: `UCXA_SINGLE_COPY_MIN` (bytes)
 /// or [`DEFAULT_THRESHOLD`]. An unparsable value is reported once on stderr and ignored.
 pub fn threshold() -> usize {
@@ -568,6 +594,30 @@ impl ReadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ucx_booleans_read_as_ucx_reads_them() {
+        for yes in ["y", "Y", "yes", "YES", "on", "1"] {
+            assert!(ucx_says_yes(yes), "{yes}");
+        }
+        for no in ["n", "no", "off", "0", "ON", "true", "", "try"] {
+            assert!(!ucx_says_yes(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn the_path_is_offered_only_where_ucx_would_use_tcp() {
+        let plain = crate::Context::builder().option("NET_DEVICES", "lo").build().unwrap();
+        let mm =
+            crate::Context::builder().option("NET_DEVICES", "lo").option("MM_ERROR_HANDLING", "y").build().unwrap();
+        // UCXA_SINGLE_COPY is read once per process; this test runs with the path on.
+        if std::env::var_os("UCXA_SINGLE_COPY").is_none() && std::env::var_os("UCX_MM_ERROR_HANDLING").is_none() {
+            assert!(offered(&plain, true));
+        }
+        assert!(!offered(&plain, false), "without error handling UCX has shared memory and CMA");
+        assert!(!offered(&mm, true), "with UCX_MM_ERROR_HANDLING=y UCX has shared memory");
+        assert!(!offered(&mm, false));
+    }
 
     #[test]
     fn a_process_verifies_itself_and_reads_a_guarded_message() {

@@ -305,17 +305,29 @@ impl Endpoint {
         }
     }
 
+    /// Whether this endpoint offers the same-host single-copy path to a peer of ours (the mark
+    /// its handshake carries): the path is on, the endpoint has peer error handling, and UCX
+    /// does not serve it by shared memory (`ucx_core::single_copy::offered`). False once
+    /// the endpoint has ended.
+    #[getter]
+    fn offers_single_copy(&self, py: Python<'_>) -> bool {
+        self.open_ep(py).is_ok_and(|ep| ucx_core::single_copy::offered_on(&ep))
+    }
+
     /// Starts the same-host single-copy path with a peer that carried its mark in the
     /// handshake (`msg_recv`, `msg_send`: the endpoint's tags): the hello exchange runs
     /// natively in the background; until it is done, messages go the ordinary way. Does
-    /// nothing where the path is turned off (`UCXA_SINGLE_COPY=0`), already started, or the
-    /// endpoint has ended.
+    /// nothing where the endpoint does not offer the path (`offers_single_copy`), the path
+    /// is already started, or the endpoint has ended.
     fn start_single_copy(&self, py: Python<'_>, msg_recv: u64, msg_send: u64) -> PyResult<()> {
-        if !ucx_core::single_copy::enabled() || self.shared.single_copy.get().is_some() {
+        if self.shared.single_copy.get().is_some() {
             return Ok(());
         }
         // An endpoint that has already ended gets no path; its operations say why it ended.
         let Ok(ep) = self.open_ep(py) else { return Ok(()) };
+        if !ucx_core::single_copy::offered_on(&ep) {
+            return Ok(());
+        }
         let link = Arc::new(ucx_core::single_copy::Link::new(msg_recv, msg_send));
         let _ = self.shared.single_copy.set(link.clone());
         single_copy::start(&self.engine, py, self.owner(), &ep, &link)

@@ -108,7 +108,8 @@ pub(crate) fn multi_frame_decode(bytes: &[u8]) -> PyResult<(bool, Vec<(bool, u64
 
 /// Our `ctrl_tag` for a UCX-Py handshake whose `msg_tag` is `msg_tag`: it carries the mark
 /// of the same-host single-copy path (`wire::single_copy`), or is `None` where the path is
-/// turned off (`UCXA_SINGLE_COPY=0`; the caller draws a random one then, as UCX-Py does).
+/// turned off in this process (`UCXA_SINGLE_COPY=0`; the caller draws a random one then, as
+/// UCX-Py does). Whether one endpoint offers the path is its `offers_single_copy`.
 #[pyfunction]
 pub(crate) fn single_copy_ctrl_tag(msg_tag: u64) -> Option<u64> {
     ucx_core::single_copy::enabled().then(|| wire::single_copy::marked_ctrl_tag(msg_tag))

@@ -109,7 +109,9 @@ class Communicator:
             ]
             if error_handling:
                 # UCX then serves ranks on one host with TCP: each pair of ranks also starts
-                # the same-host single-copy path, on tags both derive from the table.
+                # the same-host single-copy path, on tags both derive from the table (not
+                # where UCX_MM_ERROR_HANDLING=y gives UCX shared memory: the endpoint's
+                # offers_single_copy).
                 key = _native.single_copy_table_key(list(table))
                 for r, ep in enumerate(eps):
                     if r != rank:

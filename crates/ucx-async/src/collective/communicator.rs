@@ -224,13 +224,14 @@ impl Communicator {
         let options = ConnectOptions { error_handling: eh, ..ConnectOptions::default() };
         // With peer error handling UCX serves ranks on one host with TCP, so each pair of
         // ranks also starts the same-host single-copy path (see `crate::single_copy`); without
-        // it UCX's own shared memory and CMA do as well.
+        // it, or with UCX_MM_ERROR_HANDLING=y, UCX's own shared memory (and CMA) do as well
+        // (`ucx_core::single_copy::offered`).
         let addresses: Vec<&[u8]> = table.iter().map(|a| a.as_bytes()).collect();
         let key = table_key(&addresses);
         let peers = table
             .iter()
             .enumerate()
-            .map(|(r, a)| match eh && r != rank && ucx_core::single_copy::enabled() {
+            .map(|(r, a)| match r != rank && ucx_core::single_copy::offered(worker.core().context(), eh) {
                 true => {
                     let (msg_recv, msg_send) = pair_tags(key, rank, r);
                     let tags = Tags { msg_send, msg_recv, ctrl_send: None, ctrl_recv: None };
