@@ -25,14 +25,10 @@ use ucx_async::{Endpoint, Listener, ProgressMode, Worker};
 
 const SIZES: &[usize] = &[8, 1024, 65_536, 1 << 20];
 
+/// The library's defaults (peer-failure handling: small messages over UCX's TCP, those of
+/// 64 KiB and more by the same-host single-copy path), on loopback only.
 fn context() -> Result<Context> {
-    Ok(Context::builder()
-        // Loopback only: keep UCX's network transports on `lo`.
-        .option("NET_DEVICES", "lo")
-        // Shared memory needs this to serve endpoints with peer-failure handling. For trusted
-        // peers only: one killed mid-send jams the shared queue (docs/reliability.md).
-        .option("MM_ERROR_HANDLING", "y")
-        .build()?)
+    Ok(Context::builder().option("NET_DEVICES", "lo").build()?)
 }
 
 async fn server(mode: ProgressMode, iters: usize) -> Result<()> {
