@@ -39,6 +39,16 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
+/// Sends 1 MiB of `pattern(_, seed)` from `from` to `to` and checks that it arrived whole.
+async fn send_1mib(from: &Endpoint, to: &Endpoint, seed: u8) {
+    let data = pattern(1 << 20, seed);
+    let mut got = vec![0u8; 1 << 20];
+    let (sent, received) = tokio::join!(from.send(&data[..]), to.recv(&mut got[..]));
+    sent.unwrap();
+    received.unwrap();
+    assert!(got == data);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_messages_travel_by_single_copy_whole_and_in_order() {
     let (server, client, _l) = pair().await;
@@ -153,12 +163,7 @@ async fn worker_address_endpoints_do_not_use_it() {
     let back = ucx_async::Tags { msg_send: 12, msg_recv: 11, ctrl_send: None, ctrl_recv: None };
     let a = Endpoint::connect_to_worker(&wa, &wb.core().address().unwrap(), Some(tags)).unwrap();
     let b = Endpoint::connect_to_worker(&wb, &wa.core().address().unwrap(), Some(back)).unwrap();
-    let data = pattern(1 << 20, 3);
-    let mut got = vec![0u8; 1 << 20];
-    let (s, r) = tokio::join!(a.send(&data[..]), b.recv(&mut got[..]));
-    s.unwrap();
-    r.unwrap();
-    assert!(got == data);
+    send_1mib(&a, &b, 3).await;
     assert_eq!(a.single_copy(), Default::default());
 }
 
@@ -175,12 +180,7 @@ async fn echo_1mib(ctx: &Context, error_handling: bool) -> (Counts, Counts) {
     while !(client.single_copy().sending && server.single_copy().sending) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let data = pattern(1 << 20, 5);
-    let mut got = vec![0u8; 1 << 20];
-    let (sent, recvd) = tokio::join!(client.send(&data[..]), server.recv(&mut got[..]));
-    sent.unwrap();
-    recvd.unwrap();
-    assert!(got == data);
+    send_1mib(&client, &server, 5).await;
     let counts = (client.single_copy(), server.single_copy());
     let _ = tokio::join!(client.close(), server.close());
     counts
