@@ -69,8 +69,8 @@ def new_tags(ucx_ep):
     ``msg_tag`` by UCX-Py's derivation, ``ctrl_tag`` derived from it with the mark that tells
     a peer of ours that this side speaks the same-host single-copy path (a UCX-Py or UCXX peer
     uses it as any tag). Where the endpoint does not offer the path (turned off with
-    ``UCXA_SINGLE_COPY=0``, no peer error handling, or ``UCX_MM_ERROR_HANDLING=y``: UCX's
-    shared memory serves it) both are UCX-Py's."""
+    ``UCXA_SINGLE_COPY=0``, or UCX's shared memory serves it: no peer error handling, or
+    ``UCX_MM_ERROR_HANDLING=y``) both are UCX-Py's."""
     seed = os.urandom(16)
     msg_tag = hash64bits("msg_tag", seed, ucx_ep.handle)
     marked = _native.single_copy_ctrl_tag(msg_tag) if ucx_ep.offers_single_copy else None

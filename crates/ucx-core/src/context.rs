@@ -2,7 +2,7 @@
 //! the process-wide resources (transports, memory domains) workers are built on.
 use std::collections::BTreeMap;
 use std::ops::BitOr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::config::Config;
 use crate::error::{check, Error, Result, Status};
@@ -191,7 +191,15 @@ impl ContextBuilder {
             });
         }
         live::created(Kind::Context);
-        Ok(Context { inner: Arc::new(ContextInner { handle, features: self.features, config: effective, settings }) })
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                handle,
+                features: self.features,
+                config: effective,
+                settings,
+                shared_memory: OnceLock::new(),
+            }),
+        })
     }
 }
 
@@ -206,6 +214,8 @@ struct ContextInner {
     features: Features,
     config: BTreeMap<String, String>,
     settings: BTreeMap<String, String>,
+    /// [`Context::has_shared_memory`], worked out on first use.
+    shared_memory: OnceLock<bool>,
 }
 
 // SAFETY: the context is created with mt_workers_shared=1 and UCP contexts are thread-safe for
@@ -279,6 +289,14 @@ impl Context {
     /// `cuda_copy/cuda`, ...), as [`Context::info`] lists them.
     pub fn resources(&self) -> Vec<String> {
         transport_resources(&self.info()).into_iter().map(str::to_string).collect()
+    }
+
+    /// Whether one of UCX's shared-memory transports (`posix`, `sysv`, `xpmem`) is among the
+    /// context's resources (not where `UCX_TLS` leaves them out).
+    pub fn has_shared_memory(&self) -> bool {
+        *self.inner.shared_memory.get_or_init(|| {
+            self.resources().iter().any(|r| matches!(r.split('/').next(), Some("posix" | "sysv" | "xpmem")))
+        })
     }
 
     /// Why a connection to a listener found its peer unreachable, where this context is the

@@ -54,8 +54,10 @@ pub fn enabled() -> bool {
 }
 
 /// Whether an endpoint of `context` offers the path to a peer of ours (the mark in its
-/// handshake, a communicator's pair tags): the path is on ([`enabled`]), the endpoint has
-/// peer error handling, and `context`'s UCX does not serve such endpoints by shared memory.
+/// handshake, a communicator's pair tags): the path is on ([`enabled`]) and UCX would not
+/// serve the endpoint by shared memory, which it does where the context has a shared-memory
+/// transport ([`crate::Context::has_shared_memory`]) and either the endpoint has no peer
+/// error handling or `UCX_MM_ERROR_HANDLING=y` lets shared memory serve those that do.
 ///
 /// The path stands in for TCP only. Without error handling UCX moves host data between two
 /// local processes by shared memory and CMA (a single copy already); with
@@ -65,7 +67,8 @@ pub fn enabled() -> bool {
 /// UCX's shared memory with `UCX_MM_ERROR_HANDLING=y`, and 149-156 against 99-109 us without
 /// error handling.
 pub fn offered(context: &crate::Context, error_handling: bool) -> bool {
-    enabled() && error_handling && !context.setting("MM_ERROR_HANDLING").is_some_and(ucx_says_yes)
+    let shared_memory_serves = !error_handling || context.setting("MM_ERROR_HANDLING").is_some_and(ucx_says_yes);
+    enabled() && !(shared_memory_serves && context.has_shared_memory())
 }
 
 /// [`offered`] for `endpoint`'s context and error handling.
@@ -617,6 +620,17 @@ mod tests {
         assert!(!offered(&plain, false), "without error handling UCX has shared memory and CMA");
         assert!(!offered(&mm, true), "with UCX_MM_ERROR_HANDLING=y UCX has shared memory");
         assert!(!offered(&mm, false));
+        // Where UCX_TLS leaves shared memory out, UCX uses TCP either way.
+        let tcp = crate::Context::builder()
+            .option("NET_DEVICES", "lo")
+            .option("TLS", "tcp")
+            .option("MM_ERROR_HANDLING", "y")
+            .build()
+            .unwrap();
+        assert!(plain.has_shared_memory() && mm.has_shared_memory() && !tcp.has_shared_memory());
+        if std::env::var_os("UCXA_SINGLE_COPY").is_none() {
+            assert!(offered(&tcp, true) && offered(&tcp, false));
+        }
     }
 
     #[test]

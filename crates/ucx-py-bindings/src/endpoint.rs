@@ -306,9 +306,8 @@ impl Endpoint {
     }
 
     /// Whether this endpoint offers the same-host single-copy path to a peer of ours (the mark
-    /// its handshake carries): the path is on, the endpoint has peer error handling, and UCX
-    /// does not serve it by shared memory (`ucx_core::single_copy::offered`). False once
-    /// the endpoint has ended.
+    /// its handshake carries): the path is on and UCX does not serve the endpoint by shared
+    /// memory (`ucx_core::single_copy::offered`). False once the endpoint has ended.
     #[getter]
     fn offers_single_copy(&self, py: Python<'_>) -> bool {
         self.open_ep(py).is_ok_and(|ep| ucx_core::single_copy::offered_on(&ep))
