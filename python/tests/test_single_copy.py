@@ -242,11 +242,11 @@ def test_off_everywhere_with_the_setting(fresh_ucp):
 
 
 @pytest.mark.parametrize(
-    "env, error_handling",
+    "env_extra, error_handling",
     [({}, True), ({"UCX_MM_ERROR_HANDLING": "y"}, True), ({}, False)],
     ids=["default", "ucx-shared-memory-with-error-handling", "no-error-handling"],
 )
-def test_taken_only_where_ucx_would_use_tcp(fresh_ucp, env, error_handling):
+def test_taken_only_where_ucx_would_use_tcp(fresh_ucp, env_extra, error_handling):
     # Without peer error handling, or with UCX_MM_ERROR_HANDLING=y, UCX moves host data
     # between local processes by shared memory (and CMA) itself, faster than the path: no
     # mark in the handshake, no hello, every byte by UCX. By default the path is taken.
@@ -275,10 +275,9 @@ def test_taken_only_where_ucx_would_use_tcp(fresh_ucp, env, error_handling):
         "    await ep.close(); lf.close()\n"
         "asyncio.run(main())\n"
     )
-    env = {**os.environ, "UCX_NET_DEVICES": "lo", **env}
-    env.pop("UCXA_SINGLE_COPY", None)
-    if "UCX_MM_ERROR_HANDLING" not in env:
-        env.pop("UCX_MM_ERROR_HANDLING", None)
+    # Only the settings under test: the path on, UCX's transports all there.
+    env = {k: v for k, v in os.environ.items() if k not in ("UCXA_SINGLE_COPY", "UCX_MM_ERROR_HANDLING", "UCX_TLS")}
+    env.update({"UCX_NET_DEVICES": "lo", **env_extra})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     counts = [line for line in out.stdout.splitlines() if line.startswith("counts ")]
