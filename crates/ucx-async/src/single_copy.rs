@@ -89,7 +89,10 @@ impl SingleCopy {
             // still taken, instead of waiting in UCX's queue for the worker's life.
             let answer =
                 Owned::submit(Box::new([0u8; Ack::LEN]), false, |b| worker.core().tag_recv(b, answer_tag, FULL_MASK))?;
-            let mut answered = Watched::new(CompletesOwned::new(answer, signals, Load::NONE), state, None);
+            // The answer comes once the peer has read the bytes: the wait spins as long as a
+            // transfer of them would, instead of sleeping through the read.
+            let load = Load::new(buf.byte_len(), ucx_core::MemoryType::Host);
+            let mut answered = Watched::new(CompletesOwned::new(answer, signals, load), state, None);
             Completes::new(core.tag_send_fast(&desc.encode()[..], tag)?, signals).await?;
             (&mut answered).await?;
             let answer = answered.fut.op.take().and_then(Owned::into_buffer).unwrap_or([0; Ack::LEN]);
@@ -125,13 +128,15 @@ impl SingleCopy {
         tag: u64,
     ) -> std::result::Result<Result<B>, B> {
         let Some((desc, guard, answer_tag)) = self.link.describe(buf.as_ptr(), buf.byte_len()) else { return Err(buf) };
+        let load = Load::new(buf.byte_len(), ucx_core::MemoryType::Host);
         let send = OwnedSend { answer: [0u8; Ack::LEN], desc, guard: Some(guard), data: Some(buf) };
         let signals = &worker.inner.signals;
         let sent = async {
             let answer = Owned::submit(Box::new(send), false, |s| {
                 worker.core().tag_recv(&mut s.answer[..], answer_tag, FULL_MASK)
             })?;
-            let mut answered = Watched::new(CompletesOwned::new(answer, signals, Load::NONE), state, None);
+            // As in `send`: the wait for the answer spins as long as the peer's read.
+            let mut answered = Watched::new(CompletesOwned::new(answer, signals, load), state, None);
             Completes::new(core.tag_send_fast(&desc.encode()[..], tag)?, signals).await?;
             (&mut answered).await?;
             let mut send = answered.fut.op.take().and_then(Owned::into_buffer).ok_or_else(|| Error::Protocol {
