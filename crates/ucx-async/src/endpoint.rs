@@ -187,10 +187,10 @@ impl Endpoint {
             let state = Arc::new(EpState::new());
             let core = ucx_core::Endpoint::connect(worker.core(), addr, params(&state, worker, options.error_handling))
                 .map_err(|e| connect_error::named(worker, addr, e.into()))?;
-            let (flavour, tags, marked) = handshake::client(&core, &worker.inner.signals, options.timeout)
+            let (flavour, tags, both_offer) = handshake::client(&core, &worker.inner.signals, options.timeout)
                 .await
                 .map_err(|e| connect_error::named(worker, addr, e))?;
-            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), marked))
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), both_offer))
         };
         traced(connect, "connect", addr).await
     }
@@ -216,7 +216,9 @@ impl Endpoint {
     }
 
     /// [`Endpoint::connect_to_worker_with`] for a communicator's pair of ranks, which both
-    /// start the single-copy hello exchange on `tags` (`ucx_core::wire::single_copy::pair_tags`).
+    /// start the single-copy hello exchange on `tags` (`ucx_core::wire::single_copy::pair_tags`);
+    /// the caller has checked that their endpoints offer the path
+    /// (`ucx_core::single_copy::offered`).
     pub(crate) fn connect_to_rank(
         worker: &Worker,
         address: &WorkerAddress,
@@ -240,31 +242,29 @@ impl Endpoint {
             let state = Arc::new(EpState::new());
             let core =
                 ucx_core::Endpoint::accept(worker.core(), request, params(&state, worker, options.error_handling))?;
-            let (tags, marked) = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
-            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), marked))
+            let (tags, both_offer) = handshake::server(&core, &worker.inner.signals, flavour, options.timeout).await?;
+            Ok(Self::established(worker, core, state, Some(tags), Some(flavour), both_offer))
         };
         traced(accept, "accept", client).await
     }
 
-    /// The endpoint after its handshake (if any); `marked`: the peer carried the single-copy
-    /// mark, so the hello exchange starts where this endpoint offers the path too
-    /// (`ucx_core::single_copy::offered_on`).
+    /// The endpoint after its handshake (if any); `single_copy`: both sides offer the
+    /// single-copy path (the handshake's answer, or a communicator's decision for a pair of
+    /// ranks), so the hello exchange starts.
     fn established(
         worker: &Worker,
         core: ucx_core::Endpoint,
         state: Arc<EpState>,
         tags: Option<Tags>,
         flavour: Option<Flavour>,
-        marked: bool,
+        both_offer: bool,
     ) -> Endpoint {
         let ctrl_task = tags.and_then(|t| t.ctrl_recv).map(|tag| {
             let (w, s) = (worker.clone(), state.clone());
             tokio::spawn(async move { watch_ctrl(w, s, tag).await })
         });
         let single_copy = match tags {
-            Some(t) if marked && ucx_core::single_copy::offered_on(&core) => {
-                Some(SingleCopy::start(worker, &core, &state, t))
-            }
+            Some(t) if both_offer => Some(SingleCopy::start(worker, &core, &state, t)),
             _ => None,
         };
         let inner = Arc::new(EndpointInner {

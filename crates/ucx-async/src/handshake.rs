@@ -98,9 +98,9 @@ fn ucxx_tags(msg_tag: u64, peer: UcxxPeerInfo) -> Tags {
     Tags { msg_send: peer.msg_tag, msg_recv: msg_tag, ctrl_send: None, ctrl_recv: None }
 }
 
-/// The listener's side: send our info first, then read the client's. Also says whether the
-/// client carried the single-copy mark (our UCX-Py peer info's `ctrl_tag` does where the
-/// endpoint offers the path).
+/// The listener's side: send our info first, then read the client's. Also says whether both
+/// sides offer the single-copy path: this endpoint (`ucx_core::single_copy::offered_on`, the
+/// mark in our `ctrl_tag`) and the client (the mark in its).
 pub(crate) async fn server(
     ep: &ucx_core::Endpoint,
     signals: &Signals,
@@ -111,12 +111,13 @@ pub(crate) async fn server(
     let msg_tag = random_tag();
     match flavour {
         Flavour::UcxPy => {
-            let ctrl_tag = our_ctrl_tag(msg_tag, ucx_core::single_copy::offered_on(ep));
+            let offers = ucx_core::single_copy::offered_on(ep);
+            let ctrl_tag = our_ctrl_tag(msg_tag, offers);
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
             let mut inb = [0u8; PeerInfo::LEN];
             stream.recv(&mut inb).await?;
             let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
-            Ok((ucxpy_tags(msg_tag, ctrl_tag, peer), is_marked(peer.msg_tag, peer.ctrl_tag)))
+            Ok((ucxpy_tags(msg_tag, ctrl_tag, peer), offers && is_marked(peer.msg_tag, peer.ctrl_tag)))
         }
         Flavour::Ucxx => {
             stream.send(&UcxxPeerInfo { msg_tag }.encode()).await?;
@@ -128,7 +129,7 @@ pub(crate) async fn server(
 }
 
 /// The client's side: read the listener's info, detect its flavour, answer in kind. Also
-/// says whether the listener carried the single-copy mark.
+/// says whether both sides offer the single-copy path (as [`server`]).
 pub(crate) async fn client(
     ep: &ucx_core::Endpoint,
     signals: &Signals,
@@ -150,9 +151,10 @@ pub(crate) async fn client(
         Flavour::UcxPy => {
             stream.recv(&mut inb[wire::DETECT_LEN..]).await?;
             let peer = PeerInfo::decode(&inb).map_err(wire_error)?;
-            let ctrl_tag = our_ctrl_tag(msg_tag, ucx_core::single_copy::offered_on(ep));
+            let offers = ucx_core::single_copy::offered_on(ep);
+            let ctrl_tag = our_ctrl_tag(msg_tag, offers);
             stream.send(&PeerInfo { msg_tag, ctrl_tag }.encode()).await?;
-            (ucxpy_tags(msg_tag, ctrl_tag, peer), is_marked(peer.msg_tag, peer.ctrl_tag))
+            (ucxpy_tags(msg_tag, ctrl_tag, peer), offers && is_marked(peer.msg_tag, peer.ctrl_tag))
         }
     };
     Ok((flavour, tags, marked))

@@ -91,7 +91,7 @@ impl SingleCopy {
                 Owned::submit(Box::new([0u8; Ack::LEN]), false, |b| worker.core().tag_recv(b, answer_tag, FULL_MASK))?;
             // The answer comes once the peer has read the bytes: the wait spins as long as a
             // transfer of them would, instead of sleeping through the read.
-            let load = Load::new(buf.byte_len(), ucx_core::MemoryType::Host);
+            let load = Load::new(buf.byte_len(), buf.memory_type());
             let mut answered = Watched::new(CompletesOwned::new(answer, signals, load), state, None);
             Completes::new(core.tag_send_fast(&desc.encode()[..], tag)?, signals).await?;
             (&mut answered).await?;
@@ -128,7 +128,7 @@ impl SingleCopy {
         tag: u64,
     ) -> std::result::Result<Result<B>, B> {
         let Some((desc, guard, answer_tag)) = self.link.describe(buf.as_ptr(), buf.byte_len()) else { return Err(buf) };
-        let load = Load::new(buf.byte_len(), ucx_core::MemoryType::Host);
+        let load = Load::new(buf.byte_len(), buf.memory_type());
         let send = OwnedSend { answer: [0u8; Ack::LEN], desc, guard: Some(guard), data: Some(buf) };
         let signals = &worker.inner.signals;
         let sent = async {
