@@ -63,9 +63,10 @@ pub fn enabled() -> bool {
 /// local processes by shared memory and CMA (a single copy already); with
 /// `UCX_MM_ERROR_HANDLING=y` (the user's choice of UCX's shared memory with error handling)
 /// by shared memory. Taking over there cost time: ucx-async's `bench -t tag_lat -s 1048576`
-/// (event mode, the VM, 2026-12-03) took 221-333 us one way by this path against 44-46 us by
-/// UCX's shared memory with `UCX_MM_ERROR_HANDLING=y`, and 149-156 against 99-109 us without
-/// error handling.
+/// (event mode, the VM, 2026-12-03, at 06efa42, with `UCXA_SINGLE_COPY` 1 and 0) took 221-333
+/// us one way by this path against 44-46 us by UCX's shared memory with
+/// `UCX_MM_ERROR_HANDLING=y`, and 149-156 against 99-109 us without error handling
+/// (docs/log.md, "Against `ucx_perftest`").
 pub fn offered(context: &crate::Context, error_handling: bool) -> bool {
     let shared_memory_serves = !error_handling || context.setting("MM_ERROR_HANDLING").is_some_and(ucx_says_yes);
     enabled() && !(shared_memory_serves && context.has_shared_memory())
