@@ -82,7 +82,8 @@ impl SingleCopy {
         tag: u64,
     ) -> Option<Result<()>> {
         // `guard` drops with this future, after the answer or without it: before `buf` can go.
-        let (desc, guard, answer_tag) = self.link.describe(buf.as_ptr(), buf.byte_len())?;
+        // SAFETY: `buf` is host memory (the caller asked `Link::sends`), borrowed for the call.
+        let (desc, guard, answer_tag) = unsafe { self.link.describe(buf.as_ptr(), buf.byte_len()) }?;
         let signals = &worker.inner.signals;
         let sent = async {
             // Owned, and not cancelled if this send is dropped: an answer that comes later is
@@ -127,7 +128,10 @@ impl SingleCopy {
         buf: B,
         tag: u64,
     ) -> std::result::Result<Result<B>, B> {
-        let Some((desc, guard, answer_tag)) = self.link.describe(buf.as_ptr(), buf.byte_len()) else { return Err(buf) };
+        // SAFETY: `buf` is host memory (the caller asked `Link::sends`), owned here.
+        let Some((desc, guard, answer_tag)) = (unsafe { self.link.describe(buf.as_ptr(), buf.byte_len()) }) else {
+            return Err(buf);
+        };
         let load = Load::new(buf.byte_len(), buf.memory_type());
         let send = OwnedSend { answer: [0u8; Ack::LEN], desc, guard: Some(guard), data: Some(buf) };
         let signals = &worker.inner.signals;

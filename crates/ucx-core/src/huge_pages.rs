@@ -11,6 +11,7 @@
 //! fresh allocation and only then write (zero) it. Where the kernel refuses (huge pages off),
 //! the buffer is an ordinary one.
 use std::collections::TryReserveError;
+use std::sync::OnceLock;
 
 /// Buffers of at least this many bytes are advised (NumPy's threshold).
 pub const HUGE_MIN: usize = 4 << 20;
@@ -96,6 +97,70 @@ pub(crate) fn collapse(start: *const u8, len: usize) {
 /// `never`). Without them the advice is refused and buffers are ordinary ones.
 pub fn available() -> bool {
     std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists()
+}
+
+/// How many of the `len` bytes at `addr` (memory this process has mapped) sit on huge pages
+/// now, as the kernel's page tables say (`PAGEMAP_SCAN` on /proc/self/pagemap, Linux 6.7 and
+/// later: about 1.6 us for 1 MiB on 4 KiB pages, 14 us for 16 MiB, on this project's test
+/// machine). `None` where the kernel cannot tell.
+pub fn bytes_on_huge_pages(addr: *const u8, len: usize) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    // Linux's uapi fs.h (6.7): `struct pm_scan_arg`, `struct page_region`, the request and the
+    // category; the libc crate does not name them yet.
+    #[repr(C)]
+    #[derive(Default)]
+    struct ScanArg {
+        size: u64,
+        flags: u64,
+        start: u64,
+        end: u64,
+        walk_end: u64,
+        vec: u64,
+        vec_len: u64,
+        max_pages: u64,
+        category_inverted: u64,
+        category_mask: u64,
+        category_anyof_mask: u64,
+        return_mask: u64,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Region {
+        start: u64,
+        end: u64,
+        categories: u64,
+    }
+    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610; // _IOWR('f', 16, struct pm_scan_arg)
+    const PAGE_IS_HUGE: u64 = 1 << 6;
+    const PAGE: usize = 4096;
+    static PAGEMAP: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    let pagemap = PAGEMAP.get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok()).as_ref()?;
+    let (first, last) = (addr as usize, (addr as usize).checked_add(len)?);
+    let (begin, end) = (first & !(PAGE - 1), last.next_multiple_of(PAGE));
+    if len == 0 {
+        return Some(0);
+    }
+    // Huge ranges come back merged where they touch, so memory on huge pages between 4 KiB
+    // ones at its ends (a 2 MiB-aligned middle) is one region; a few more leave room for gaps.
+    let mut found = [Region::default(); 8];
+    let mut arg = ScanArg {
+        size: std::mem::size_of::<ScanArg>() as u64,
+        start: begin as u64,
+        end: end as u64,
+        vec: found.as_mut_ptr() as u64,
+        vec_len: found.len() as u64,
+        category_mask: PAGE_IS_HUGE,
+        return_mask: PAGE_IS_HUGE,
+        ..Default::default()
+    };
+    // SAFETY: PAGEMAP_SCAN reads `arg` (its own size given in `size`) and writes at most
+    // `vec_len` regions into `found`, which outlives the call; it only reads page tables.
+    let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN, &mut arg as *mut ScanArg) };
+    if n < 0 {
+        return None;
+    }
+    let inside = |r: &Region| (r.end.min(last as u64)).saturating_sub(r.start.max(first as u64)) as usize;
+    Some(found.iter().take(n as usize).map(inside).sum())
 }
 
 /// Whether the memory at `addr` was advised onto huge pages (`hg` in its mapping's `VmFlags`

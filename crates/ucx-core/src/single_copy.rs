@@ -301,6 +301,8 @@ fn guards() -> &'static Guards {
 pub struct Guard {
     slot: usize,
     value: u64,
+    /// The message's copy on huge pages, if it was staged: released after the word is cleared.
+    staged: Option<crate::staging::Staged>,
 }
 
 impl Guard {
@@ -310,7 +312,7 @@ impl Guard {
         let slot = g.free.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
         let value = random_word();
         g.words[slot].store(value, Ordering::SeqCst);
-        Some(Guard { slot, value })
+        Some(Guard { slot, value, staged: None })
     }
 
     /// The descriptor of `len` bytes at `addr`, answered on sequence number `seq`, under this
@@ -347,6 +349,9 @@ pub struct Counts {
     pub sent: u64,
     /// Messages this side read from the peer's memory.
     pub received: u64,
+    /// Of the messages this side described, those it first copied onto huge pages
+    /// ([`crate::staging`]).
+    pub staged: u64,
 }
 
 /// One endpoint's single-copy state, for the flows that drive it (ucx-async's endpoint, the
@@ -367,6 +372,7 @@ pub struct Link {
     acks_out: u64,
     sent: AtomicU64,
     received: AtomicU64,
+    staged: AtomicU64,
 }
 
 impl Link {
@@ -421,13 +427,24 @@ impl Link {
         self.rx.get().is_some()
     }
 
-    /// The descriptor of `len` bytes at `addr`, the guard to hold until the answer (drop it
-    /// before the bytes go), and the tag the answer arrives on. `None`: no guard is free, send
-    /// the ordinary way.
-    pub fn describe(&self, addr: *const u8, len: usize) -> Option<(Descriptor, Guard, u64)> {
-        let guard = Guard::new()?;
+    /// The descriptor of the `len` bytes at `addr`, the guard to hold until the answer (drop
+    /// it before the bytes go), and the tag the answer arrives on. `None`: no guard is free,
+    /// send the ordinary way. A message on 4 KiB pages is first copied onto huge pages, which
+    /// the peer reads up to 3.5 times faster ([`crate::staging`]); the guard holds the copy.
+    ///
+    /// # Safety
+    /// `addr..addr + len` is host memory that stays readable, and unchanged, for this call.
+    pub unsafe fn describe(&self, addr: *const u8, len: usize) -> Option<(Descriptor, Guard, u64)> {
+        let mut guard = Guard::new()?;
+        // SAFETY: the caller's promise.
+        let data = unsafe { std::slice::from_raw_parts(addr, len) };
+        guard.staged = crate::staging::stage(data);
+        if guard.staged.is_some() {
+            self.staged.fetch_add(1, Ordering::Relaxed);
+        }
+        let read_at = guard.staged.as_ref().map_or(addr, |s| s.as_ptr());
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let desc = guard.descriptor(seq, addr as u64, len)?;
+        let desc = guard.descriptor(seq, read_at as u64, len)?;
         Some((desc, guard, self.acks_in ^ seq))
     }
 
@@ -528,6 +545,7 @@ impl Link {
             receiving: self.receives(),
             sent: self.sent.load(Ordering::Relaxed),
             received: self.received.load(Ordering::Relaxed),
+            staged: self.staged.load(Ordering::Relaxed),
         }
     }
 }

@@ -89,7 +89,10 @@ pub(crate) fn send(
     if !link.sends(data.byte_len(), data.memory_type()) {
         return Err(data);
     }
-    let Some((desc, guard, answer_tag)) = link.describe(data.as_ptr(), data.byte_len()) else { return Err(data) };
+    // SAFETY: `data` is host memory (`Link::sends` said so) whose export it holds.
+    let Some((desc, guard, answer_tag)) = (unsafe { link.describe(data.as_ptr(), data.byte_len()) }) else {
+        return Err(data);
+    };
     let answer = Answer { bytes: [0u8; Ack::LEN], desc, guard: Some(guard), _data: data };
     let posted = Owned::submit(Box::new(answer), true, |a| {
         engine.unclaimed.recv(&engine.worker, &mut a.bytes[..], answer_tag, FULL_MASK)
