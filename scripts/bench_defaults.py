@@ -181,11 +181,17 @@ def run_perftest(site, test, size, extra, env_extra):
         n = max(n * 4, 200)
     bindir = os.path.join(libucx_dir(), "bin")
     env = {**os.environ, **site.env(), **env_extra, "LD_LIBRARY_PATH": os.path.join(libucx_dir(), "lib")}
-    port = free_port()
-    args = [os.path.join(bindir, "ucx_perftest"), "-p", str(port), *extra]
-    server = subprocess.Popen(site.server(args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def start():
+        args = [os.path.join(bindir, "ucx_perftest"), "-p", str(free_port()), *extra]
+        return args, subprocess.Popen(site.server(args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    args, server = start()
     try:
         for _ in range(200):
+            if server.poll() is not None:
+                # A perftest server serves one client and exits, also one that failed after
+                # connecting: start another.
+                args, server = start()
             p = subprocess.run(site.client([*args, site.address, "-t", test, "-s", str(size), "-n", str(n),
                                             "-w", str(w)]), env=env, capture_output=True, text=True, timeout=300)
             final = [line for line in p.stdout.splitlines() if line.startswith("Final:")]

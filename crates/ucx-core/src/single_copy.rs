@@ -436,6 +436,7 @@ impl Link {
     /// `addr..addr + len` is host memory that stays readable, and unchanged, for this call.
     pub unsafe fn describe(&self, addr: *const u8, len: usize) -> Option<(Descriptor, Guard, u64)> {
         let mut guard = Guard::new()?;
+        local()?; // a process that cannot say who it is describes nothing (`Guard::descriptor`)
         // SAFETY: the caller's promise.
         let data = unsafe { std::slice::from_raw_parts(addr, len) };
         guard.staged = crate::staging::stage(data);

@@ -167,7 +167,8 @@ fn worth_staging(addr: *const u8, len: usize) -> bool {
 }
 
 /// A block of at least `len` bytes from the pool, or a new one if the limit allows (freeing
-/// idle blocks too small to make room); `None` when the staged ones fill the limit.
+/// idle blocks too small to make room); `None` when the staged ones fill the limit, or a new
+/// block did not get huge pages.
 fn take(len: usize) -> Option<Block> {
     let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
     let fits = p.idle.iter().enumerate().filter(|(_, b)| b.cap >= len).min_by_key(|(_, b)| b.cap).map(|(i, _)| i);
@@ -184,7 +185,15 @@ fn take(len: usize) -> Option<Block> {
     }
     p.held += cap;
     drop(p);
-    let block = Block::new(cap);
+    let block = Block::new(cap).filter(|b| {
+        let on_huge = huge_pages::bytes_on_huge_pages(b.ptr, b.cap).is_none_or(|huge| huge == b.cap);
+        if !on_huge {
+            // The kernel had no huge page free, or refuses them to this process: a copy would
+            // only add time, now and later.
+            NO_HUGE_PAGES.store(true, Ordering::Relaxed);
+        }
+        on_huge
+    });
     if block.is_none() {
         pool().lock().unwrap_or_else(|p| p.into_inner()).held -= cap;
     }
@@ -198,16 +207,6 @@ pub fn stage(data: &[u8]) -> Option<Staged> {
         return None;
     }
     let block = take(data.len())?;
-    if huge_pages::bytes_on_huge_pages(block.ptr, block.cap).is_some_and(|huge| huge < block.cap) {
-        // The kernel had no huge page free, or refuses them to this process: a copy would
-        // only add time, now and later.
-        NO_HUGE_PAGES.store(true, Ordering::Relaxed);
-        let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
-        p.held -= block.cap;
-        drop(p);
-        drop(block);
-        return None;
-    }
     // SAFETY: the block has at least `data.len()` bytes and is this function's alone; `data`
     // is a live slice, and the two cannot overlap (the block is the pool's allocation).
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), block.ptr, data.len()) };
