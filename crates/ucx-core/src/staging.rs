@@ -2,8 +2,8 @@
 //! pages is copied into a buffer on 2 MiB pages before its descriptor goes, and the peer
 //! reads that buffer instead.
 //!
-//! Why: the peer's `process_vm_readv` pins the sender's pages one by one, and a 4 KiB page
-//! costs about as much to pin as to copy several times over; a 2 MiB page is pinned at once.
+//! Why: the peer's `process_vm_readv` pins the sender's pages one by one, and pinning a 4 KiB
+//! page costs several times what copying it does; a 2 MiB page is pinned at once.
 //! On this project's test machine (2026-12-03, the 2-core VM, Linux 6.18; a C program that
 //! reads its own memory, best of 50) a read of 1 MiB took 92 us from 4 KiB pages and 26 us
 //! from huge pages, 16 MiB 2.99 ms against 0.68 ms, while a `memcpy` of 1 MiB takes 20-25 us
@@ -15,8 +15,9 @@
 //! - [`stage`] copies a message into a buffer of the process's pool, or says no: huge pages
 //!   are off (`/sys/kernel/mm/transparent_hugepage/enabled` is `never`, or the kernel gave a
 //!   fresh buffer 4 KiB pages, after which staging stays off for the process), at least two
-//!   thirds of the message sit on huge pages already (where the kernel cannot tell: it is
-//!   4 MiB or more, NumPy's threshold), or the pool's limit would be passed.
+//!   thirds of the message sit on huge pages already (where the kernel cannot tell, Linux
+//!   before 6.7: the message is 4 MiB or more, NumPy's threshold for huge pages), or the
+//!   pool's limit would be passed.
 //! - The pool holds at most [`limit`] bytes (`UCXA_SINGLE_COPY_STAGING`, default
 //!   [`DEFAULT_LIMIT`]), in buffers of whole 2 MiB pages, staged or idle; idle buffers are
 //!   kept for the next message (their pages are not faulted again) and freed only to make
