@@ -84,7 +84,7 @@ async fn large_messages_travel_by_single_copy_whole_and_in_order() {
     let (c, s) = (client.single_copy(), server.single_copy());
     assert_eq!((c.sent, c.received, s.sent, s.received), (large, large, large, large), "{c:?} {s:?}");
     // `Vec`s sit on 4 KiB pages: where the kernel has huge pages, each large message went
-    // from a copy on them (ucx_core::staging), which the peer reads faster.
+    // from a copy on them (ucx_core::single_copy::staging), which the peer reads faster.
     if huge_pages_here() {
         assert_eq!((c.staged, s.staged), (large, large), "{c:?} {s:?}");
     }

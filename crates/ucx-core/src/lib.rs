@@ -34,7 +34,7 @@
 //!   pure encode/decode functions, and ours.
 //! - [`single_copy`]: same-host single-copy transfers under peer error handling: this
 //!   process's hello, a verified peer whose memory it reads (`process_vm_readv`), the guard a
-//!   sender holds while a message may be read; [`staging`]: the pool of huge-page buffers a
+//!   sender holds while a message may be read; [`single_copy::staging`]: the pool of huge-page buffers a
 //!   message on 4 KiB pages is copied into first, because the peer reads those 3.5 times faster.
 //! - [`library`]: finds and opens UCX at run time (`dlopen`; nothing is linked), and the table
 //!   of UCX's functions that `sys` (bindgen's declarations, rewritten to call through it:
@@ -90,7 +90,6 @@ mod request;
 mod rma;
 pub mod single_copy;
 mod sockaddr;
-pub mod staging;
 mod stream;
 pub mod stream_backlog;
 pub mod stuck_connections;

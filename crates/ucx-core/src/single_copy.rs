@@ -13,7 +13,8 @@
 //! flows that use both are ucx-async's endpoint and the Python bindings' (each sends its
 //! [`local_hello`], checks the peer's with [`Peer::verify`], sends large messages as a
 //! [`crate::wire::single_copy::Descriptor`] held by a [`Guard`], and reads received
-//! descriptors with [`Peer::read`]).
+//! descriptors with [`Peer::read`]). [`staging`]: the copy on huge pages that a message on
+//! small pages is read from.
 //!
 //! The guard: a sender may let go of its buffer before the receiver's answer (its send
 //! was cancelled, its endpoint failed). It clears the message's guard word first, and the
@@ -25,6 +26,8 @@
 use std::io;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+
+pub mod staging;
 
 use crate::wire::single_copy::{Descriptor, Hello};
 use crate::{RecvBuffer, SendBuffer};
@@ -87,13 +90,19 @@ fn ucx_says_yes(value: &str) -> bool {
 /// or [`DEFAULT_THRESHOLD`]. An unparsable value is reported once on stderr and ignored.
 pub fn threshold() -> usize {
     static MIN: OnceLock<usize> = OnceLock::new();
-    *MIN.get_or_init(|| match std::env::var("UCXA_SINGLE_COPY_MIN") {
-        Err(_) => DEFAULT_THRESHOLD,
+    *MIN.get_or_init(|| bytes_setting("UCXA_SINGLE_COPY_MIN", DEFAULT_THRESHOLD))
+}
+
+/// The number of bytes the environment variable `name` gives, or `default` where it is unset
+/// or not a number (which is reported on stderr).
+pub(crate) fn bytes_setting(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Err(_) => default,
         Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!("ucx-core: UCXA_SINGLE_COPY_MIN={v:?} is not a number of bytes; using {DEFAULT_THRESHOLD}");
-            DEFAULT_THRESHOLD
+            eprintln!("ucx-core: {name}={v:?} is not a number of bytes; using {default}");
+            default
         }),
-    })
+    }
 }
 
 /// A random non-zero word from the kernel.
@@ -302,7 +311,7 @@ pub struct Guard {
     slot: usize,
     value: u64,
     /// The message's copy on huge pages, if it was staged: released after the word is cleared.
-    staged: Option<crate::staging::Staged>,
+    staged: Option<staging::Staged>,
 }
 
 impl Guard {
@@ -350,7 +359,7 @@ pub struct Counts {
     /// Messages this side read from the peer's memory.
     pub received: u64,
     /// Of the messages this side described, those it first copied onto huge pages
-    /// ([`crate::staging`]).
+    /// ([`staging`]).
     pub staged: u64,
 }
 
@@ -430,16 +439,16 @@ impl Link {
     /// The descriptor of the `len` bytes at `addr`, the guard to hold until the answer (drop
     /// it before the bytes go), and the tag the answer arrives on. `None`: no guard is free,
     /// send the ordinary way. A message on 4 KiB pages is first copied onto huge pages, which
-    /// the peer reads up to 3.5 times faster ([`crate::staging`]); the guard holds the copy.
+    /// the peer reads up to 3.5 times faster ([`staging`]); the guard holds the copy.
     ///
     /// # Safety
     /// `addr..addr + len` is host memory that stays readable, and unchanged, for this call.
     pub unsafe fn describe(&self, addr: *const u8, len: usize) -> Option<(Descriptor, Guard, u64)> {
         let mut guard = Guard::new()?;
         local()?; // a process that cannot say who it is describes nothing (`Guard::descriptor`)
-        // SAFETY: the caller's promise.
+                  // SAFETY: the caller's promise.
         let data = unsafe { std::slice::from_raw_parts(addr, len) };
-        guard.staged = crate::staging::stage(data);
+        guard.staged = staging::stage(data);
         if guard.staged.is_some() {
             self.staged.fetch_add(1, Ordering::Relaxed);
         }

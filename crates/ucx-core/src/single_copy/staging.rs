@@ -41,13 +41,7 @@ const HUGE: usize = 2 << 20;
 /// stderr and ignored.
 pub fn limit() -> usize {
     static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| match std::env::var("UCXA_SINGLE_COPY_STAGING") {
-        Err(_) => DEFAULT_LIMIT,
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!("ucx-core: UCXA_SINGLE_COPY_STAGING={v:?} is not a number of bytes; using {DEFAULT_LIMIT}");
-            DEFAULT_LIMIT
-        }),
-    })
+    *LIMIT.get_or_init(|| super::bytes_setting("UCXA_SINGLE_COPY_STAGING", DEFAULT_LIMIT))
 }
 
 /// Set once a fresh buffer came back on 4 KiB pages: staging would only add a copy.
