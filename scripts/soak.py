@@ -216,16 +216,21 @@ def main():
         srv.kill()
 
     samples = stats["samples"]
-    # The baseline is taken a quarter into the run: UCX's and NumPy's pools fill up first.
-    rss0, fd0 = samples[len(samples) // 4]
-    rss1, fd1 = samples[-1]
+    # The baseline is the second quarter of the run (UCX's and NumPy's pools fill up first),
+    # set against the last quarter, by their peaks: the server's RSS rises and falls by a
+    # quarter as the allocator gives memory back, so two single samples could be a trough and
+    # a crest (a 60 s run once failed so, 59 -> 75 MiB). A leak raises the peaks.
+    q = max(1, len(samples) // 4)
+    before, after = samples[q:2 * q] or samples[-1:], samples[-q:]
+    (rss0, fd0), (rss1, fd1) = ((max(r for r, _ in w), max(f for _, f in w)) for w in (before, after))
     lost = bad + stats["corrupt"]
     print(f"soak: {args.duration:.0f} s, {args.clients} clients, {kills} clients killed and replaced")
     print(f"soak: {verified} echoes verified by clients, {stats['echoed']} messages checked and echoed by the server")
     print(f"soak: data lost or corrupted: {lost}; clients that failed without being killed: {len(failed_clients)}")
     sc_in, sc_out = stats["single_copy"]
     print(f"soak: by same-host single copy (64 KiB and 1 MiB messages): {sc_in} received, {sc_out} sent by the server")
-    print(f"soak: server RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB, open fds {fd0} -> {fd1} (from a quarter in)")
+    print(f"soak: server RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB, open fds {fd0} -> {fd1} "
+          "(peaks of the second and of the last quarter)")
     print("soak: RSS MiB over the run: " + " ".join(f"{r / 2**20:.0f}" for r, _ in samples))
     problems = []
     if lost:
