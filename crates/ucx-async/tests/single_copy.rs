@@ -38,8 +38,7 @@ async fn until_on(a: &Endpoint, b: &Endpoint) {
 /// Whether this kernel gives huge pages to memory that asks for them and can say where
 /// memory sits (`ucx_core::huge_pages::bytes_on_huge_pages`).
 fn huge_pages_here() -> bool {
-    let on = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"));
+    let on = matches!(ucx_async::core::doctor::transparent_huge_pages().0.as_deref(), Some("always" | "madvise"));
     on && ucx_async::core::huge_pages::bytes_on_huge_pages([0u8; 8].as_ptr(), 8).is_some()
 }
 

@@ -445,8 +445,9 @@ impl Link {
     /// `addr..addr + len` is host memory that stays readable, and unchanged, for this call.
     pub unsafe fn describe(&self, addr: *const u8, len: usize) -> Option<(Descriptor, Guard, u64)> {
         let mut guard = Guard::new()?;
-        local()?; // a process that cannot say who it is describes nothing (`Guard::descriptor`)
-                  // SAFETY: the caller's promise.
+        // A process that cannot say who it is describes nothing (`Guard::descriptor`).
+        local()?;
+        // SAFETY: the caller's promise.
         let data = unsafe { std::slice::from_raw_parts(addr, len) };
         guard.staged = staging::stage(data);
         if guard.staged.is_some() {

@@ -50,10 +50,8 @@ static NO_HUGE_PAGES: AtomicBool = AtomicBool::new(false);
 /// Whether the kernel offers huge pages to memory that asks for them.
 fn huge_pages_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
-    }) && !NO_HUGE_PAGES.load(Ordering::Relaxed)
+    *ON.get_or_init(|| matches!(crate::doctor::transparent_huge_pages().0.as_deref(), Some("always" | "madvise")))
+        && !NO_HUGE_PAGES.load(Ordering::Relaxed)
 }
 
 /// A buffer of whole 2 MiB pages, aligned to them and advised onto huge pages.
@@ -71,10 +69,9 @@ impl Block {
         Layout::from_size_align(cap, HUGE).ok()
     }
 
-    /// A fresh block of at least `len` bytes, its pages faulted in (on huge pages where the
-    /// kernel has them free).
-    fn new(len: usize) -> Option<Block> {
-        let cap = len.max(1).next_multiple_of(HUGE);
+    /// A fresh block of `cap` bytes (whole 2 MiB pages, at least one), its pages faulted in
+    /// (on huge pages where the kernel has them free).
+    fn new(cap: usize) -> Option<Block> {
         let layout = Self::layout(cap)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
