@@ -19,11 +19,17 @@
 //!   before 6.7: the message is 4 MiB or more, NumPy's threshold for huge pages), or the
 //!   pool's limit would be passed.
 //! - The pool holds at most [`limit`] bytes (`UCXA_SINGLE_COPY_STAGING`, default
-//!   [`DEFAULT_LIMIT`]), in buffers of whole 2 MiB pages, staged or idle; idle buffers are
+//!   [`DEFAULT_LIMIT`]), in blocks of whole 2 MiB pages, in use or idle; idle blocks are
 //!   kept for the next message (their pages are not faulted again) and freed only to make
 //!   room for a larger one. A message larger than the limit is read where it is.
-//! - A [`Staged`] buffer goes back to the pool when dropped; the single-copy guard that
-//!   holds it is cleared first, so a peer still reading it discards what it read.
+//! - A message of [`SLOT_MAX`] bytes or less takes a slot of a 2 MiB block shared with
+//!   messages of its size class (a power of two from [`SLOT_MIN`]: sixteen 128 KiB messages
+//!   share one block), a larger one whole blocks of its own. A block whose slots are all
+//!   free is idle again, for any size.
+//! - A [`Staged`] copy goes back to the pool when dropped; the single-copy guard that holds
+//!   it is cleared first, so a peer still reading it discards what it read. A slot reused
+//!   at once by another message changes nothing for that peer: it reads only its own range,
+//!   and checks the guard after.
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -35,6 +41,12 @@ use crate::huge_pages;
 pub const DEFAULT_LIMIT: usize = 64 << 20;
 
 const HUGE: usize = 2 << 20;
+
+/// The smallest slot of a shared block: a smaller message takes one of this size.
+pub const SLOT_MIN: usize = 64 << 10;
+
+/// The largest message that takes a slot of a shared block rather than blocks of its own.
+pub const SLOT_MAX: usize = 1 << 20;
 
 /// The most bytes of staging buffers this process holds: `UCXA_SINGLE_COPY_STAGING` (bytes;
 /// `0` turns staging off) or [`DEFAULT_LIMIT`]. An unparsable value is reported once on
@@ -96,22 +108,54 @@ impl Drop for Block {
     }
 }
 
-/// The process's pool: idle blocks, and the bytes of all blocks (idle or staged).
+/// A 2 MiB block cut into slots of one size, and which of them are in use (bit `i`: the
+/// slot at `i * slot`).
+struct Slab {
+    block: Block,
+    slot: usize,
+    used: u32,
+}
+
+impl Slab {
+    fn slots(&self) -> u32 {
+        (HUGE / self.slot) as u32
+    }
+}
+
+/// The process's pool: idle blocks, blocks cut into slots, and the bytes of all blocks (idle,
+/// in slots or staged whole).
 struct Pool {
     idle: Vec<Block>,
+    slabs: Vec<Slab>,
     held: usize,
 }
 
 fn pool() -> &'static Mutex<Pool> {
-    static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), held: 0 });
+    static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), slabs: Vec::new(), held: 0 });
     &POOL
+}
+
+fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
+    pool().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where a staged copy lives.
+enum Room {
+    /// Blocks of its own.
+    Whole(Block),
+    /// Slot `index` of the slab whose block starts at `base`.
+    Slot { base: *mut u8, at: *mut u8, index: u32 },
 }
 
 /// A message's copy on huge pages, returned to the pool when dropped.
 pub struct Staged {
-    block: Option<Block>,
+    room: Option<Room>,
     len: usize,
 }
+
+// SAFETY: a Staged owns its room alone (a whole block, or a slot no other Staged holds until
+// this one returns it, under the pool's lock); the pointers are only read through.
+unsafe impl Send for Staged {}
 
 impl std::fmt::Debug for Staged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,7 +166,11 @@ impl std::fmt::Debug for Staged {
 impl Staged {
     /// Where the copy starts.
     pub fn as_ptr(&self) -> *const u8 {
-        self.block.as_ref().map_or(std::ptr::null(), |b| b.ptr)
+        match &self.room {
+            Some(Room::Whole(b)) => b.ptr,
+            Some(Room::Slot { at, .. }) => *at,
+            None => std::ptr::null(),
+        }
     }
 
     /// The copy's length in bytes.
@@ -138,8 +186,19 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            pool().lock().unwrap_or_else(|p| p.into_inner()).idle.push(b);
+        match self.room.take() {
+            Some(Room::Whole(b)) => lock_pool().idle.push(b),
+            Some(Room::Slot { base, index, .. }) => {
+                let mut p = lock_pool();
+                if let Some(i) = p.slabs.iter().position(|s| s.block.ptr == base) {
+                    p.slabs[i].used &= !(1 << index);
+                    if p.slabs[i].used == 0 {
+                        let slab = p.slabs.swap_remove(i);
+                        p.idle.push(slab.block);
+                    }
+                }
+            }
+            None => {}
         }
     }
 }
@@ -162,7 +221,7 @@ fn worth_staging(addr: *const u8, len: usize) -> bool {
 /// idle blocks too small to make room); `None` when the staged ones fill the limit, or a new
 /// block did not get huge pages.
 fn take(len: usize) -> Option<Block> {
-    let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = lock_pool();
     let fits = p.idle.iter().enumerate().filter(|(_, b)| b.cap >= len).min_by_key(|(_, b)| b.cap).map(|(i, _)| i);
     if let Some(i) = fits {
         return Some(p.idle.swap_remove(i));
@@ -187,9 +246,31 @@ fn take(len: usize) -> Option<Block> {
         on_huge
     });
     if block.is_none() {
-        pool().lock().unwrap_or_else(|p| p.into_inner()).held -= cap;
+        lock_pool().held -= cap;
     }
     block
+}
+
+/// A free slot of `slot` bytes: one of a slab of that size, or of a new slab cut from a block
+/// of the pool (see [`take`]).
+fn take_slot(slot: usize) -> Option<Room> {
+    let claim = |s: &mut Slab| {
+        let index = (!s.used).trailing_zeros();
+        s.used |= 1 << index;
+        // SAFETY: `index < s.slots()`, so the slot lies inside the block's first 2 MiB.
+        let at = unsafe { s.block.ptr.add(index as usize * s.slot) };
+        Room::Slot { base: s.block.ptr, at, index }
+    };
+    {
+        let mut p = lock_pool();
+        if let Some(s) = p.slabs.iter_mut().find(|s| s.slot == slot && s.used.count_ones() < s.slots()) {
+            return Some(claim(s));
+        }
+    }
+    let mut slab = Slab { block: take(HUGE)?, slot, used: 0 };
+    let room = claim(&mut slab);
+    lock_pool().slabs.push(slab);
+    Some(room)
 }
 
 /// A copy of `data` on huge pages for a single-copy send to read, or `None` where the message
@@ -198,16 +279,22 @@ pub fn stage(data: &[u8]) -> Option<Staged> {
     if !worth_staging(data.as_ptr(), data.len()) {
         return None;
     }
-    let block = take(data.len())?;
-    // SAFETY: the block has at least `data.len()` bytes and is this function's alone; `data`
-    // is a live slice, and the two cannot overlap (the block is the pool's allocation).
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), block.ptr, data.len()) };
-    Some(Staged { block: Some(block), len: data.len() })
+    let room = if data.len() <= SLOT_MAX {
+        take_slot(data.len().max(SLOT_MIN).next_power_of_two())?
+    } else {
+        Room::Whole(take(data.len())?)
+    };
+    let staged = Staged { room: Some(room), len: data.len() };
+    // SAFETY: the room has at least `data.len()` bytes (a slot of the next power of two, or a
+    // block of whole pages) and is this Staged's alone; `data` is a live slice, and the two
+    // cannot overlap (the room is the pool's allocation).
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), staged.as_ptr().cast_mut(), data.len()) };
+    Some(staged)
 }
 
 /// Bytes the pool holds now, staged and idle (for diagnostics and tests).
 pub fn held() -> usize {
-    pool().lock().unwrap_or_else(|p| p.into_inner()).held
+    lock_pool().held
 }
 
 #[cfg(test)]
@@ -242,5 +329,29 @@ mod tests {
         let over = vec![1u8; limit() + 1];
         assert!(stage(&over).is_none(), "a message over the limit is read where it is");
         assert!(held() <= limit());
+
+        // Messages up to 1 MiB share blocks by size class: sixteen of 100 KiB (128 KiB
+        // slots) fill one 2 MiB block, each copy whole and apart from the others.
+        let messages: Vec<Vec<u8>> = (0..17u8).map(|i| vec![i; 100 << 10]).collect();
+        let staged: Vec<Staged> = messages.iter().map(|m| stage(m).expect("staged")).collect();
+        let block_of = |s: &Staged| s.as_ptr() as usize & !(HUGE - 1);
+        assert!(staged[..16].iter().all(|s| block_of(s) == block_of(&staged[0])), "one block");
+        assert_ne!(block_of(&staged[16]), block_of(&staged[0]), "the seventeenth takes another");
+        let mut starts: Vec<usize> = staged[..16].iter().map(|s| s.as_ptr() as usize).collect();
+        starts.sort_unstable();
+        assert!(starts.windows(2).all(|w| w[1] - w[0] == 128 << 10), "slots 128 KiB apart: {starts:x?}");
+        for (m, s) in messages.iter().zip(&staged) {
+            // SAFETY: the staged copy holds `len` bytes while `s` lives.
+            assert_eq!(unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }, &m[..]);
+        }
+        drop(staged);
+        // The freed block serves any size again: two 1 MiB messages share it.
+        let a = stage(&small).expect("staged");
+        let b = stage(&small).expect("staged");
+        assert_eq!(block_of(&a), block_of(&b));
+        assert!(held() <= limit());
+        drop((a, b));
+        let whole = stage(&vec![3u8; HUGE]).expect("a 2 MiB message staged whole");
+        assert_eq!(whole.as_ptr() as usize % HUGE, 0);
     }
 }
