@@ -23,6 +23,7 @@ use ucx_async::{Communicator, ProgressMode, Worker};
 const USAGE: &str = "usage: alltoall [--ranks N] [--min-size BYTES] [--max-size BYTES] [--iters N]
                 [--mode event|polling|adaptive]
                 [--path auto|direct|buffered] [--batch BYTES] [--net-devices auto] [--bare] [--window | --window-only]
+                [--small-pages]
 
 alltoallv throughput on N ranks (default 2), per-pair sizes from --min-size (default 1 KiB)
 up to --max-size (default 64 MiB) by powers of 4, --iters timed iterations per size (default 20; fewer above
@@ -42,6 +43,9 @@ against UCX's tag transfers alone, in the same process and minutes.
 shared-memory windows (each part copied into the receiver's window, mapped through UCX's
 remote key, then a note; parts read where they landed), with slots of the part size,
 reported as impl=window; --window-only times only those (no other traffic between them).
+--small-pages: the parts live in a plain Vec (4 KiB pages, as most of a program's memory)
+rather than on huge pages; same-host single-copy sends then copy them onto huge pages first
+(UCXA_SINGLE_COPY_STAGING).
 
 alltoall --plot-from FILE --plot OUT.svg: no run; plots FILE's lines `SIZE GBPS NAME...`
 (scripts/bench_alltoall.sh writes them, for ours and MPI) as throughput against size.";
@@ -99,12 +103,18 @@ async fn rank_main(
     comm.set_data_path(path);
     comm.set_bounce(bounce)?;
     let (rank, ranks) = (comm.rank(), comm.size());
+    let small_pages = args.iter().any(|a| a == "--small-pages");
     let mut size = *sizes.start();
     while size <= *sizes.end() {
         // One buffer holding every rank's part, on huge pages where the kernel allows: the
         // layout and memory of MPI's side (one NumPy array with displacements; NumPy advises
-        // huge pages from 4 MiB, which 4 ranks' 1 MiB parts reach together).
-        let mut send = ucx_async::core::huge_pages::zeroed(size * ranks);
+        // huge pages from 4 MiB, which 4 ranks' 1 MiB parts reach together). --small-pages:
+        // a plain Vec.
+        let mut send = if small_pages {
+            vec![0u8; size * ranks]
+        } else {
+            ucx_async::core::huge_pages::zeroed(size * ranks)
+        };
         for (r, p) in send.chunks_mut(size.max(1)).enumerate() {
             p.fill((rank * ranks + r) as u8);
         }
