@@ -110,11 +110,8 @@ async fn rank_main(
         // layout and memory of MPI's side (one NumPy array with displacements; NumPy advises
         // huge pages from 4 MiB, which 4 ranks' 1 MiB parts reach together). --small-pages:
         // a plain Vec.
-        let mut send = if small_pages {
-            vec![0u8; size * ranks]
-        } else {
-            ucx_async::core::huge_pages::zeroed(size * ranks)
-        };
+        let mut send =
+            if small_pages { vec![0u8; size * ranks] } else { ucx_async::core::huge_pages::zeroed(size * ranks) };
         for (r, p) in send.chunks_mut(size.max(1)).enumerate() {
             p.fill((rank * ranks + r) as u8);
         }

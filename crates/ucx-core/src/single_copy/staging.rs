@@ -37,7 +37,10 @@ use std::sync::{Mutex, OnceLock};
 use crate::huge_pages;
 
 /// The pool's limit when `UCXA_SINGLE_COPY_STAGING` is not set: room for four 16 MiB
-/// messages in flight (a 4-rank all-to-all's parts of 16 MiB).
+/// messages in flight. `scripts/sweep_staging.py` chose it (2026-12-03, the 2-core VM): a
+/// stream of 16 MiB sends from a `Vec`, 4 in flight, ran 1.13-1.33 times as fast as without
+/// staging with 64 MiB, and gained nothing with 16 MiB; the figures, and what the limit costs
+/// in memory and where there are more processes than cores, are in docs/performance.md.
 pub const DEFAULT_LIMIT: usize = 64 << 20;
 
 const HUGE: usize = 2 << 20;
