@@ -21,7 +21,9 @@
 //! - The pool holds at most [`limit`] bytes (`UCXA_SINGLE_COPY_STAGING`, default
 //!   [`DEFAULT_LIMIT`]), in blocks of whole 2 MiB pages, in use or idle; idle blocks are
 //!   kept for the next message (their pages are not faulted again) and freed only to make
-//!   room for a larger one. A message larger than the limit is read where it is.
+//!   room for a larger one. An idle block larger than a message needs is taken only when
+//!   the limit has no room for a new one of its size. A message larger than the limit is
+//!   read where it is.
 //! - A message of [`SLOT_MAX`] bytes or less takes a slot of a 2 MiB block shared with
 //!   messages of its size class (a power of two from [`SLOT_MIN`]: sixteen 128 KiB messages
 //!   share one block), a larger one whole blocks of its own. A block whose slots are all
@@ -220,18 +222,20 @@ fn worth_staging(addr: *const u8, len: usize) -> bool {
         }
 }
 
-/// A block of at least `len` bytes from the pool, or a new one if the limit allows (freeing
-/// idle blocks too small to make room); `None` when the staged ones fill the limit, or a new
-/// block did not get huge pages.
+/// A block of at least `len` bytes from the pool: an idle one of just that size, else a new
+/// one if the limit has room without freeing anything, else the smallest idle one larger,
+/// else a new one after freeing idle blocks to make room; `None` when the blocks in use fill
+/// the limit, or a new block did not get huge pages. (A larger idle block is taken only when
+/// nothing else is left: a 2 MiB block cut into slots may stay in use for long.)
 fn take(len: usize) -> Option<Block> {
-    let mut p = lock_pool();
-    let fits = p.idle.iter().enumerate().filter(|(_, b)| b.cap >= len).min_by_key(|(_, b)| b.cap).map(|(i, _)| i);
-    if let Some(i) = fits {
-        return Some(p.idle.swap_remove(i));
-    }
     let cap = len.max(1).next_multiple_of(HUGE);
     if cap > limit() {
         return None;
+    }
+    let mut p = lock_pool();
+    let fits = p.idle.iter().enumerate().filter(|(_, b)| b.cap >= len).min_by_key(|(_, b)| b.cap).map(|(i, _)| i);
+    if let Some(i) = fits.filter(|&i| p.idle[i].cap == cap || p.held + cap > limit()) {
+        return Some(p.idle.swap_remove(i));
     }
     while p.held + cap > limit() {
         let b = p.idle.pop()?;
@@ -304,8 +308,10 @@ pub fn held() -> usize {
 mod tests {
     use super::*;
 
+    /// One test, as the pool is the process's: tests side by side would take each other's
+    /// blocks.
     #[test]
-    fn a_message_on_small_pages_is_staged_on_huge_pages_and_one_on_huge_pages_is_not() {
+    fn staging_copies_small_pages_shares_blocks_by_size_and_keeps_large_blocks_whole() {
         let on_huge = |b: &[u8]| huge_pages::bytes_on_huge_pages(b.as_ptr(), b.len());
         if !huge_pages_on() || on_huge(&[0u8; 8]).is_none() {
             return; // no huge pages, or a kernel that cannot say where memory sits
@@ -356,5 +362,28 @@ mod tests {
         drop((a, b));
         let whole = stage(&vec![3u8; HUGE]).expect("a 2 MiB message staged whole");
         assert_eq!(whole.as_ptr() as usize % HUGE, 0);
+        drop(whole);
+
+        // An idle 6 MiB block is not cut into slots while the limit has room for a new
+        // 2 MiB one: it stays whole for the next large message. First every idle 2 MiB block
+        // is taken (until one is new: the pool grows).
+        let two = vec![6u8; HUGE];
+        let mut holding = Vec::new();
+        loop {
+            let before = held();
+            holding.push(stage(&two).expect("staged"));
+            if held() > before {
+                break;
+            }
+        }
+        let big = stage(&vec![4u8; 5 << 20]).expect("a 5 MiB message staged whole");
+        let big_at = big.as_ptr();
+        drop(big);
+        let slotted = stage(&messages[0]).expect("staged");
+        assert_ne!(block_of(&slotted), big_at as usize, "a slot cut from the idle 6 MiB block");
+        let again = stage(&vec![5u8; 5 << 20]).expect("staged");
+        assert_eq!(again.as_ptr(), big_at, "the idle 6 MiB block serves the next 5 MiB message");
+        drop((slotted, again, holding));
+        assert!(held() <= limit());
     }
 }
