@@ -13,9 +13,17 @@ async def wait(pending, timeout=None):
     (within ``timeout`` seconds, if given)."""
     if pending is None:
         return True
-    if timeout is None:
-        return await pending
-    return await asyncio.wait_for(pending, timeout=timeout)
+    # `asyncio.timeout` rather than `wait_for`, whose frame would keep the future: a failed
+    # future's traceback holds the frames that awaited it, so a frame that keeps the future
+    # makes a cycle (future, failure, traceback, frame) that holds the endpoint until Python's
+    # cycle collector runs. Hence `pending = None` once it is done, too.
+    try:
+        if timeout is None:
+            return await pending
+        async with asyncio.timeout(timeout):
+            return await pending
+    finally:
+        pending = None
 
 
 def as_future(pending, event_loop=None):
