@@ -173,8 +173,8 @@ class Netns:
     @staticmethod
     def exec(name, cmd):
         # A pid and IPC namespace of its own too: nothing on the machine is shared but the
-        # network between the namespaces.
-        return ["ip", "netns", "exec", NS[name][0], "unshare", "--pid", "--ipc", "--fork", "--mount-proc", *cmd]
+        # network between the namespaces. --kill-child: killing unshare ends what it forked.
+        return ["ip", "netns", "exec", NS[name][0], "unshare", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", *cmd]
 
     def close(self):
         for ns, _ in NS.values():

@@ -123,8 +123,9 @@ class NetnsSite(Site):
 
     # Each side also gets a pid and IPC namespace of its own: nothing but the network is
     # shared, as between two hosts (else UCX's shared memory, or the same-host single-copy
-    # path, would carry what the benchmark means to send over TCP).
-    ALONE = ["unshare", "--pid", "--ipc", "--fork", "--mount-proc"]
+    # path, would carry what the benchmark means to send over TCP). --kill-child: killing
+    # unshare (as a finished run does) ends the process it forked too.
+    ALONE = ["unshare", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 
     def server(self, cmd):
         return ["ip", "netns", "exec", NS_A, *self.ALONE, *cmd]
