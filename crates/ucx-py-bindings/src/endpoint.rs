@@ -339,6 +339,12 @@ impl Endpoint {
         (c.sending, c.receiving, c.sent, c.received)
     }
 
+    /// Of the messages this side described for single copy, those it first copied onto huge
+    /// pages (`UCXA_SINGLE_COPY_STAGING`).
+    fn single_copy_staged(&self) -> u64 {
+        self.shared.single_copy.get().map_or(0, |l| l.counts().staged)
+    }
+
     /// Counts messages that wait on `tag` against this endpoint (`Endpoint` watches its own
     /// `msg_recv` and `ctrl_recv` tags; see `Worker.set_max_unclaimed_bytes`).
     fn watch_tag(&self, tag: u64) {

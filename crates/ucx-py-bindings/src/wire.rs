@@ -127,6 +127,14 @@ pub(crate) fn single_copy_threshold() -> usize {
     ucx_core::single_copy::threshold()
 }
 
+/// Bytes of huge-page staging blocks this process holds now, in use or idle
+/// (`UCXA_SINGLE_COPY_STAGING` bounds them; a diagnostic, e.g. to tell the pool's growth from
+/// a leak).
+#[pyfunction]
+pub(crate) fn single_copy_staging_bytes() -> usize {
+    ucx_core::single_copy::staging::held()
+}
+
 /// A communicator's key for `single_copy_pair_tags`: a hash of its ranks' worker addresses
 /// `table` (computed once per communicator).
 #[pyfunction]
@@ -145,6 +153,7 @@ pub(crate) fn single_copy_pair_tags(key: u64, me: usize, peer: usize) -> (u64, u
 /// Registers this module's functions and sizes on the extension module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(single_copy_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(single_copy_staging_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_table_key, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_pair_tags, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;
