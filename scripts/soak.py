@@ -222,9 +222,9 @@ def main():
 
     samples = stats["samples"]
     # The baseline is the second quarter of the run (UCX's and NumPy's pools fill up first),
-    # set against the last quarter, by their peaks: the server's RSS rises and falls by a
-    # quarter as the allocator gives memory back, so two single samples could be a trough and
-    # a crest (a 60 s run once failed so, 59 -> 75 MiB). A leak raises the peaks.
+    # set against the last quarter, by their peaks: two single samples could catch one low and
+    # one high (garbage that only the cycle collector frees comes and goes; a failed
+    # transfer's reference cycle once made a sawtooth of 15-30 MiB). A leak raises the peaks.
     # The RSS compared leaves out the staging pool (a cache bounded by its limit; see
     # resources()), which the line after the comparison reports.
     q = max(1, len(samples) // 4)
