@@ -13,15 +13,20 @@ async def wait(pending, timeout=None):
     (within ``timeout`` seconds, if given)."""
     if pending is None:
         return True
-    # `asyncio.timeout` rather than `wait_for`, whose frame would keep the future: a failed
-    # future's traceback holds the frames that awaited it, so a frame that keeps the future
-    # makes a cycle (future, failure, traceback, frame) that holds the endpoint until Python's
-    # cycle collector runs. Hence `pending = None` once it is done, too.
+    # A failed future's traceback holds the frames that awaited it, so a frame that keeps the
+    # future makes a cycle (future, failure, traceback, frame) that holds the endpoint until
+    # Python's cycle collector runs: hence `pending = None` once done. `wait_for`'s own frame
+    # keeps it too, so its failure is raised again from here, without that traceback.
+    # (`asyncio.timeout` would avoid the frame, but it wakes the caller a loop iteration
+    # sooner, and an endpoint's close then outran the peer's: UCX-Py's test_cancel saw a
+    # connection reset instead of its receive's cancel.)
     try:
         if timeout is None:
             return await pending
-        async with asyncio.timeout(timeout):
-            return await pending
+        try:
+            return await asyncio.wait_for(pending, timeout=timeout)
+        except BaseException as e:
+            raise e.with_traceback(None)  # the same exception, a shorter traceback
     finally:
         pending = None
 
