@@ -73,3 +73,22 @@ def test_a_failed_wait_with_a_timeout_leaves_its_future_to_no_cycle():
         return [w() is not None for w in watched]
 
     assert _without_the_cycle_collector(main()) == [False, False], "a failed future outlived its wait"
+
+
+def test_failed_posted_operations_leave_their_futures_to_no_cycle():
+    async def main():
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(3)]
+        watched = [weakref.ref(f) for f in futs]
+        loop.call_soon(futs[1].set_exception, ucp.exceptions.UCXError("failed"))
+        for f in (futs[0], futs[2]):
+            loop.call_soon(f.set_result, True)
+        try:
+            await pending.gather_posted(iter(futs))
+        except ucp.exceptions.UCXError:
+            pass
+        del futs, f
+        await _let_the_wakeup_go()
+        return [w() is not None for w in watched]
+
+    assert _without_the_cycle_collector(main()) == [False] * 3, "a failed gather outlived its wait"

@@ -200,6 +200,8 @@ class UCXAComm(Comm):
         except Exception as e:
             self.abort()
             raise CommClosedError(f"{self}: {e!r}") from e
+        finally:
+            sending = None  # a failure's traceback holds this frame (see ucp.pending.wait)
 
     async def read(self, deserializers=None):
         ep = self._ep

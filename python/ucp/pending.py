@@ -60,4 +60,7 @@ async def gather_posted(posts):
     """Posts operations as ``post_all`` does and waits for them."""
     done = post_all(posts)
     if done is not None:
-        await done
+        try:
+            await done
+        finally:
+            done = None  # see wait
