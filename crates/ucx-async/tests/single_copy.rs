@@ -60,6 +60,7 @@ async fn send_1mib(from: &Endpoint, to: &Endpoint, seed: u8) {
 async fn large_messages_travel_by_single_copy_whole_and_in_order() {
     let (server, client, _l) = pair().await;
     until_on(&server, &client).await;
+    let refused = ucx_async::core::single_copy::staging::refused_blocks();
     let min = ucx_async::core::single_copy::threshold();
     let sizes = [0usize, 8, min - 1, min, 1 << 20, (16 << 20) + 3];
     let srv = server.clone();
@@ -84,7 +85,8 @@ async fn large_messages_travel_by_single_copy_whole_and_in_order() {
     assert_eq!((c.sent, c.received, s.sent, s.received), (large, large, large, large), "{c:?} {s:?}");
     // `Vec`s sit on 4 KiB pages: where the kernel has huge pages, each large message went
     // from a copy on them (ucx_core::single_copy::staging), which the peer reads faster.
-    if huge_pages_here() {
+    // (Unless the kernel had none free for a fresh block meanwhile: staging then pauses.)
+    if huge_pages_here() && ucx_async::core::single_copy::staging::refused_blocks() == refused {
         assert_eq!((c.staged, s.staged), (large, large), "{c:?} {s:?}");
     }
     // Owned buffers take the path too.

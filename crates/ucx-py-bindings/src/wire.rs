@@ -135,6 +135,13 @@ pub(crate) fn single_copy_staging_bytes() -> usize {
     ucx_core::single_copy::staging::held()
 }
 
+/// How many fresh staging blocks the kernel gave 4 KiB pages instead of huge ones in this
+/// process (each pauses staging for a second).
+#[pyfunction]
+pub(crate) fn single_copy_staging_refusals() -> u64 {
+    ucx_core::single_copy::staging::refused_blocks()
+}
+
 /// A communicator's key for `single_copy_pair_tags`: a hash of its ranks' worker addresses
 /// `table` (computed once per communicator).
 #[pyfunction]
@@ -154,6 +161,7 @@ pub(crate) fn single_copy_pair_tags(key: u64, me: usize, peer: usize) -> (u64, u
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(single_copy_threshold, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_staging_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(single_copy_staging_refusals, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_table_key, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_pair_tags, m)?)?;
     m.add_function(wrap_pyfunction!(single_copy_ctrl_tag, m)?)?;

@@ -14,7 +14,7 @@
 //! The contract:
 //! - [`stage`] copies a message into a buffer of the process's pool, or says no: huge pages
 //!   are off (`/sys/kernel/mm/transparent_hugepage/enabled` is `never`, or the kernel gave a
-//!   fresh buffer 4 KiB pages, after which staging stays off for the process), at least two
+//!   fresh buffer 4 KiB pages less than [`REFUSED_PAUSE`] ago), at least two
 //!   thirds of the message sit on huge pages already (where the kernel cannot tell, Linux
 //!   before 6.7: the message is 4 MiB or more, NumPy's threshold for huge pages), or the
 //!   pool's limit would be passed.
@@ -32,9 +32,9 @@
 //!   it is cleared first, so a peer still reading it discards what it read. A slot reused
 //!   at once by another message changes nothing for that peer: it reads only its own range,
 //!   and checks the guard after.
-use std::alloc::Layout;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::huge_pages;
 
@@ -61,14 +61,44 @@ pub fn limit() -> usize {
     *LIMIT.get_or_init(|| super::bytes_setting("UCXA_SINGLE_COPY_STAGING", DEFAULT_LIMIT))
 }
 
-/// Set once a fresh buffer came back on 4 KiB pages: staging would only add a copy.
-static NO_HUGE_PAGES: AtomicBool = AtomicBool::new(false);
+/// How long staging pauses after a fresh block came back on 4 KiB pages (the kernel had no
+/// huge page free, or refuses them to this process): a copy onto small pages would only add
+/// time. Then it tries again, at the cost of one fresh block's allocation and page faults, so
+/// that a moment without free huge pages (memory pressure, compaction behind) does not end
+/// staging for the life of the process.
+const REFUSED_PAUSE: Duration = Duration::from_secs(1);
+
+/// When a fresh block last came back on 4 KiB pages, in milliseconds from [`since`]'s start;
+/// 0: never.
+static REFUSED_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Fresh blocks that came back on 4 KiB pages, since the process started.
+static REFUSALS: AtomicU64 = AtomicU64::new(0);
+
+/// How many fresh staging blocks the kernel gave 4 KiB pages instead of huge ones in this
+/// process (each pauses staging for [`REFUSED_PAUSE`]): a diagnostic, and what a test checks
+/// before it expects a message to be staged.
+pub fn refused_blocks() -> u64 {
+    REFUSALS.load(Ordering::Relaxed)
+}
+
+/// Milliseconds since this module first asked, plus one (so that 0 stays "never").
+fn since() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// Whether a fresh block came back on 4 KiB pages less than [`REFUSED_PAUSE`] ago.
+fn refused_lately() -> bool {
+    let at = REFUSED_AT_MS.load(Ordering::Relaxed);
+    at != 0 && since().saturating_sub(at) < REFUSED_PAUSE.as_millis() as u64
+}
 
 /// Whether the kernel offers huge pages to memory that asks for them.
 fn huge_pages_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| matches!(crate::doctor::transparent_huge_pages().0.as_deref(), Some("always" | "madvise")))
-        && !NO_HUGE_PAGES.load(Ordering::Relaxed)
+        && !refused_lately()
 }
 
 /// A buffer of whole 2 MiB pages, aligned to them and advised onto huge pages.
@@ -82,34 +112,59 @@ struct Block {
 unsafe impl Send for Block {}
 
 impl Block {
-    fn layout(cap: usize) -> Option<Layout> {
-        Layout::from_size_align(cap, HUGE).ok()
-    }
-
     /// A fresh block of `cap` bytes (whole 2 MiB pages, at least one), its pages faulted in
-    /// (on huge pages where the kernel has them free).
+    /// (on huge pages where the kernel has them free). Mapped anonymously, not taken from the
+    /// allocator: memory the allocator hands out again may already sit on 4 KiB pages (after a
+    /// program freed large buffers, glibc serves even 2 MiB-aligned requests from its heap),
+    /// and advice does not move pages already there.
     fn new(cap: usize) -> Option<Block> {
-        let layout = Self::layout(cap)?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        if ptr.is_null() {
+        let len = cap.checked_add(HUGE)?;
+        // SAFETY: a private anonymous mapping at an address of the kernel's choosing: it
+        // touches nothing that exists.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
             return None;
         }
-        // SAFETY: `ptr..ptr + cap` is the allocation just made, aligned to 2 MiB and not yet
+        let start = raw as usize;
+        let head = start.next_multiple_of(HUGE) - start;
+        let tail = len - head - cap;
+        // SAFETY: the head (before the first 2 MiB boundary) and the tail (after `cap` bytes
+        // from it) lie inside the mapping just made, which nothing else uses.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + head + cap) as *mut libc::c_void, tail);
+            }
+        }
+        let ptr = (start + head) as *mut u8;
+        // SAFETY: `ptr..ptr + cap` is the rest of that mapping, aligned to 2 MiB and not yet
         // touched; MADV_HUGEPAGE changes only how the kernel backs it.
         unsafe { libc::madvise(ptr.cast(), cap, libc::MADV_HUGEPAGE) };
-        // SAFETY: as above; writing faults the pages in now rather than during a send's copy.
-        unsafe { std::ptr::write_bytes(ptr, 0, cap) };
+        for page in (0..cap).step_by(HUGE) {
+            // SAFETY: inside the mapping; one write faults each 2 MiB page in now (zeroed, as
+            // an anonymous page is) rather than during a send's copy.
+            unsafe { ptr.add(page).write_volatile(0) };
+        }
         Some(Block { ptr, cap })
     }
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if let Some(layout) = Self::layout(self.cap) {
-            // SAFETY: `ptr` was allocated with this layout in `Block::new`.
-            unsafe { std::alloc::dealloc(self.ptr, layout) };
-        }
+        // SAFETY: `ptr..ptr + cap` is the mapping `Block::new` kept; nothing points into it
+        // once the block goes.
+        unsafe { libc::munmap(self.ptr.cast(), self.cap) };
     }
 }
 
@@ -247,8 +302,9 @@ fn take(len: usize) -> Option<Block> {
         let on_huge = huge_pages::bytes_on_huge_pages(b.ptr, b.cap).is_none_or(|huge| huge == b.cap);
         if !on_huge {
             // The kernel had no huge page free, or refuses them to this process: a copy would
-            // only add time, now and later.
-            NO_HUGE_PAGES.store(true, Ordering::Relaxed);
+            // only add time, for now (REFUSED_PAUSE).
+            REFUSED_AT_MS.store(since(), Ordering::Relaxed);
+            REFUSALS.fetch_add(1, Ordering::Relaxed);
         }
         on_huge
     });
@@ -310,6 +366,18 @@ mod tests {
 
     /// One test, as the pool is the process's: tests side by side would take each other's
     /// blocks.
+    /// `stage`'s copy, or an end to the test where the kernel refused a fresh block huge pages
+    /// meanwhile (memory pressure: staging pauses, as it should, and nothing more can be said).
+    macro_rules! staged {
+        ($data:expr, $what:expr) => {
+            match stage($data) {
+                Some(s) => s,
+                None if refused_lately() => return,
+                None => panic!("{} not staged", $what),
+            }
+        };
+    }
+
     #[test]
     fn staging_copies_small_pages_shares_blocks_by_size_and_keeps_large_blocks_whole() {
         let on_huge = |b: &[u8]| huge_pages::bytes_on_huge_pages(b.as_ptr(), b.len());
@@ -318,7 +386,7 @@ mod tests {
         }
         let small = vec![7u8; 1 << 20];
         assert_eq!(on_huge(&small), Some(0));
-        let staged = stage(&small).expect("a 1 MiB Vec on 4 KiB pages is staged");
+        let staged = staged!(&small, "a 1 MiB Vec on 4 KiB pages is staged");
         assert_eq!(staged.len(), small.len());
         // SAFETY: the staged copy holds `len` bytes while `staged` lives.
         let copy = unsafe { std::slice::from_raw_parts(staged.as_ptr(), staged.len()) };
@@ -326,7 +394,7 @@ mod tests {
         assert_eq!(on_huge(copy), Some(copy.len()));
         let first = staged.as_ptr();
         drop(staged);
-        let again = stage(&small).expect("staged again");
+        let again = staged!(&small, "staged again");
         assert_eq!(again.as_ptr(), first, "the idle block is taken again");
         drop(again);
 
@@ -342,7 +410,10 @@ mod tests {
         // Messages up to 1 MiB share blocks by size class: sixteen of 100 KiB (128 KiB
         // slots) fill one 2 MiB block, each copy whole and apart from the others.
         let messages: Vec<Vec<u8>> = (0..17u8).map(|i| vec![i; 100 << 10]).collect();
-        let staged: Vec<Staged> = messages.iter().map(|m| stage(m).expect("staged")).collect();
+        let mut staged = Vec::new();
+        for m in &messages {
+            staged.push(staged!(m, "a 100 KiB message"));
+        }
         let block_of = |s: &Staged| s.as_ptr() as usize & !(HUGE - 1);
         assert!(staged[..16].iter().all(|s| block_of(s) == block_of(&staged[0])), "one block");
         assert_ne!(block_of(&staged[16]), block_of(&staged[0]), "the seventeenth takes another");
@@ -355,12 +426,12 @@ mod tests {
         }
         drop(staged);
         // The freed block serves any size again: two 1 MiB messages share it.
-        let a = stage(&small).expect("staged");
-        let b = stage(&small).expect("staged");
+        let a = staged!(&small, "staged");
+        let b = staged!(&small, "staged");
         assert_eq!(block_of(&a), block_of(&b));
         assert!(held() <= limit());
         drop((a, b));
-        let whole = stage(&vec![3u8; HUGE]).expect("a 2 MiB message staged whole");
+        let whole = staged!(&vec![3u8; HUGE], "a 2 MiB message staged whole");
         assert_eq!(whole.as_ptr() as usize % HUGE, 0);
         drop(whole);
 
@@ -371,17 +442,17 @@ mod tests {
         let mut holding = Vec::new();
         loop {
             let before = held();
-            holding.push(stage(&two).expect("staged"));
+            holding.push(staged!(&two, "staged"));
             if held() > before {
                 break;
             }
         }
-        let big = stage(&vec![4u8; 5 << 20]).expect("a 5 MiB message staged whole");
+        let big = staged!(&vec![4u8; 5 << 20], "a 5 MiB message staged whole");
         let big_at = big.as_ptr();
         drop(big);
-        let slotted = stage(&messages[0]).expect("staged");
+        let slotted = staged!(&messages[0], "staged");
         assert_ne!(block_of(&slotted), big_at as usize, "a slot cut from the idle 6 MiB block");
-        let again = stage(&vec![5u8; 5 << 20]).expect("staged");
+        let again = staged!(&vec![5u8; 5 << 20], "staged");
         assert_eq!(again.as_ptr(), big_at, "the idle 6 MiB block serves the next 5 MiB message");
         drop((slotted, again, holding));
         assert!(held() <= limit());
