@@ -66,7 +66,7 @@ pub fn limit() -> usize {
 /// time. Then it tries again, at the cost of one fresh block's allocation and page faults, so
 /// that a moment without free huge pages (memory pressure, compaction behind) does not end
 /// staging for the life of the process.
-const REFUSED_PAUSE: Duration = Duration::from_secs(1);
+pub const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 
 /// When a fresh block last came back on 4 KiB pages, in milliseconds from [`since`]'s start;
 /// 0: never.
