@@ -16,6 +16,9 @@ use std::sync::OnceLock;
 /// Buffers of at least this many bytes are advised (NumPy's threshold).
 pub const HUGE_MIN: usize = 4 << 20;
 
+/// The size of a transparent huge page (x86-64's and, with 4 KiB base pages, aarch64's).
+pub const HUGE_PAGE: usize = 2 << 20;
+
 /// A zeroed buffer of `len` bytes, advised as above when `len >= HUGE_MIN`.
 pub fn zeroed(len: usize) -> Vec<u8> {
     let mut v = Vec::new();
@@ -51,8 +54,37 @@ fn layout(len: usize) -> std::alloc::Layout {
     std::alloc::Layout::array::<u8>(len).unwrap_or(std::alloc::Layout::new::<u8>())
 }
 
+/// A private anonymous mapping of `size` bytes starting at a 2 MiB boundary, with protection
+/// `prot` and `extra_flags` added to `MAP_PRIVATE | MAP_ANONYMOUS`; `None` where the kernel
+/// refused. Made as `size` + 2 MiB and trimmed at both ends. The caller owns it and unmaps it
+/// (`munmap(ptr, size)`).
+pub(crate) fn map_aligned(size: usize, prot: libc::c_int, extra_flags: libc::c_int) -> Option<*mut u8> {
+    let span = size.checked_add(HUGE_PAGE)?;
+    // SAFETY: a fresh private mapping placed by the kernel: it overlaps nothing this process
+    // uses.
+    let raw = unsafe {
+        libc::mmap(std::ptr::null_mut(), span, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags, -1, 0)
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let lo = raw as usize;
+    let aligned = lo.next_multiple_of(HUGE_PAGE);
+    // SAFETY: the head (before the boundary) and the tail (after `size` bytes from it) lie
+    // inside the mapping just made, which nothing else uses.
+    unsafe {
+        if aligned > lo {
+            libc::munmap(raw, aligned - lo);
+        }
+        if lo + span > aligned + size {
+            libc::munmap((aligned + size) as *mut libc::c_void, lo + span - (aligned + size));
+        }
+    }
+    Some(aligned as *mut u8)
+}
+
 /// Advises `MADV_HUGEPAGE` for the whole pages inside `len` bytes at `start`.
-fn advise(start: *mut u8, len: usize) {
+pub(crate) fn advise(start: *mut u8, len: usize) {
     const PAGE: usize = 4096;
     let (begin, end) = ((start as usize).next_multiple_of(PAGE), (start as usize).saturating_add(len) & !(PAGE - 1));
     if end <= begin {
@@ -78,8 +110,8 @@ pub(crate) fn collapse(start: *const u8, len: usize) {
     // Linux's values (uapi mman-common.h); the libc crate names them for glibc targets only.
     const MADV_POPULATE_READ: libc::c_int = 22;
     const MADV_COLLAPSE: libc::c_int = 25;
-    const HUGE: usize = 2 << 20;
-    let (begin, end) = ((start as usize).next_multiple_of(HUGE), (start as usize).saturating_add(len) & !(HUGE - 1));
+    let (begin, end) =
+        ((start as usize).next_multiple_of(HUGE_PAGE), (start as usize).saturating_add(len) & !(HUGE_PAGE - 1));
     if end <= begin {
         return;
     }

@@ -14,9 +14,8 @@
 //! say), a segment under 2 MiB, an older kernel or no free huge page gives `None` or leaves
 //! the memory on 4 KiB pages; the caller then uses UCX's mapping as it is.
 
-use crate::{huge_pages, proc_maps};
-
-const HUGE: usize = 2 << 20;
+use crate::huge_pages::{self, HUGE_PAGE as HUGE};
+use crate::proc_maps;
 
 /// A System V segment attached at a 2 MiB-aligned address (`shmat`), detached on drop. The
 /// segment stays alive while attached, whoever else lets go of it.
@@ -113,39 +112,21 @@ fn segment_size(shmid: libc::c_int) -> Option<usize> {
 
 /// Attaches segment `shmid` (of `size` bytes) at a 2 MiB-aligned address, read-write.
 fn attach_aligned(shmid: libc::c_int, size: usize) -> Option<*mut u8> {
-    let span = size.checked_add(HUGE)?;
-    // SAFETY: a fresh private reservation, inaccessible, placed by the kernel: it overlaps
-    // nothing this process uses.
-    let reserved = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if reserved == libc::MAP_FAILED {
-        return None;
-    }
-    let lo = reserved as usize;
-    let aligned = lo.next_multiple_of(HUGE);
-    // SAFETY: the segment replaces part of the reservation above (SHM_REMAP), which nothing
-    // else uses; the segment is alive (this process maps it already), so the id names it.
+    // An inaccessible reservation at the boundary, which the segment then replaces.
+    let reserved = huge_pages::map_aligned(size, libc::PROT_NONE, libc::MAP_NORESERVE)?;
+    let aligned = reserved as usize;
+    // SAFETY: the segment replaces the reservation above (SHM_REMAP), which nothing else
+    // uses; the segment is alive (this process maps it already), so the id names it.
     let at = unsafe { libc::shmat(shmid, aligned as *const libc::c_void, libc::SHM_REMAP) };
     let attached = at as usize == aligned;
-    // SAFETY: what is left of the reservation around the attachment (all of it if the attach
-    // failed) is this function's and unused.
-    unsafe {
-        if attached {
-            libc::munmap(reserved, aligned - lo);
-            libc::munmap((aligned + size) as *mut libc::c_void, lo + span - (aligned + size));
-        } else {
+    if !attached {
+        // SAFETY: an attachment elsewhere (not asked for) and the reservation are this
+        // function's and unused.
+        unsafe {
             if at != usize::MAX as *mut libc::c_void {
                 libc::shmdt(at);
             }
-            libc::munmap(reserved, span);
+            libc::munmap(reserved.cast(), size);
         }
     }
     attached.then_some(aligned as *mut u8)

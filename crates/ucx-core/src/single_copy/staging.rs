@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::huge_pages;
+use crate::huge_pages::{self, HUGE_PAGE as HUGE};
 
 /// The pool's limit when `UCXA_SINGLE_COPY_STAGING` is not set: room for four 16 MiB
 /// messages in flight. `scripts/sweep_staging.py` chose it (2026-12-03, the 2-core VM): a
@@ -44,8 +44,6 @@ use crate::huge_pages;
 /// staging with 64 MiB, and gained nothing with 16 MiB; the figures, and what the limit costs
 /// in memory and where there are more processes than cores, are in docs/performance.md.
 pub const DEFAULT_LIMIT: usize = 64 << 20;
-
-const HUGE: usize = 2 << 20;
 
 /// The smallest slot of a shared block: a smaller message takes one of this size.
 pub const SLOT_MIN: usize = 64 << 10;
@@ -118,39 +116,9 @@ impl Block {
     /// program freed large buffers, glibc serves even 2 MiB-aligned requests from its heap),
     /// and advice does not move pages already there.
     fn new(cap: usize) -> Option<Block> {
-        let len = cap.checked_add(HUGE)?;
-        // SAFETY: a private anonymous mapping at an address of the kernel's choosing: it
-        // touches nothing that exists.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let start = raw as usize;
-        let head = start.next_multiple_of(HUGE) - start;
-        let tail = len - head - cap;
-        // SAFETY: the head (before the first 2 MiB boundary) and the tail (after `cap` bytes
-        // from it) lie inside the mapping just made, which nothing else uses.
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((start + head + cap) as *mut libc::c_void, tail);
-            }
-        }
-        let ptr = (start + head) as *mut u8;
-        // SAFETY: `ptr..ptr + cap` is the rest of that mapping, aligned to 2 MiB and not yet
-        // touched; MADV_HUGEPAGE changes only how the kernel backs it.
-        unsafe { libc::madvise(ptr.cast(), cap, libc::MADV_HUGEPAGE) };
+        let ptr = huge_pages::map_aligned(cap, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        // Not yet touched: advised before its first fault.
+        huge_pages::advise(ptr, cap);
         for page in (0..cap).step_by(HUGE) {
             // SAFETY: inside the mapping; one write faults each 2 MiB page in now (zeroed, as
             // an anonymous page is) rather than during a send's copy.
@@ -190,13 +158,11 @@ struct Pool {
     held: usize,
 }
 
-fn pool() -> &'static Mutex<Pool> {
-    static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), slabs: Vec::new(), held: 0 });
-    &POOL
-}
-
+/// The process's pool, locked (a panic elsewhere while it was held leaves it usable: every
+/// change to it is whole before the lock goes).
 fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
-    pool().lock().unwrap_or_else(|p| p.into_inner())
+    static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), slabs: Vec::new(), held: 0 });
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Where a staged copy lives.
@@ -364,8 +330,6 @@ pub fn held() -> usize {
 mod tests {
     use super::*;
 
-    /// One test, as the pool is the process's: tests side by side would take each other's
-    /// blocks.
     /// `stage`'s copy, or an end to the test where the kernel refused a fresh block huge pages
     /// meanwhile (memory pressure: staging pauses, as it should, and nothing more can be said).
     macro_rules! staged {
@@ -378,6 +342,8 @@ mod tests {
         };
     }
 
+    /// One test, as the pool is the process's: tests side by side would take each other's
+    /// blocks.
     #[test]
     fn staging_copies_small_pages_shares_blocks_by_size_and_keeps_large_blocks_whole() {
         let on_huge = |b: &[u8]| huge_pages::bytes_on_huge_pages(b.as_ptr(), b.len());
