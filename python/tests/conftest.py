@@ -136,10 +136,16 @@ async def settled(*eps, timeout=5):
             await asyncio.sleep(0.001)
 
 
-async def posted(coro):
+async def posted(coro, settle=()):
     """Starts `coro` (a transfer) as a task and returns the task once its operation is in
     flight in UCX, or it has already finished: a wait on that state, not a sleep that a slow
-    machine could outlast."""
+    machine could outlast.
+
+    The wait reads the worker's count of operations in flight, which an endpoint's
+    single-copy hello exchange also moves: pass in `settle` the endpoints whose exchange may
+    still be running (one fresh from a listener or another process), or a hello finishing
+    just as the transfer is posted leaves the count where it was and the wait never ends."""
+    await settled(*settle)
     worker = ucp.core._get_ctx().worker
     before = worker.inflight()
     task = asyncio.ensure_future(coro)

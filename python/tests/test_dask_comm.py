@@ -230,7 +230,7 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
             comm = await connect(listener.contact_address)
             while not server_comms:
                 await asyncio.sleep(0.01)
-            pending = await posted(server_comms[0].read())
+            pending = await posted(server_comms[0].read(), settle=[server_comms[0]._ep, comm._ep])
             t0 = time.monotonic()
             await comm.close()
             with pytest.raises(CommClosedError):
@@ -240,7 +240,7 @@ def test_close_reaches_a_pending_read_on_either_side(fresh_ucp):
             comm2 = await connect(listener.contact_address)
             while len(server_comms) < 2:
                 await asyncio.sleep(0.01)
-            pending = await posted(comm2.read())
+            pending = await posted(comm2.read(), settle=[comm2._ep, server_comms[1]._ep])
             server_comms[1].abort()
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(pending, 5)

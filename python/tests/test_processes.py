@@ -101,7 +101,7 @@ def test_killed_peer_cancels_pending_receive(progress_mode):
             ep = await server_ep
             await ep.recv(bytearray(2))
             assert await asyncio.get_running_loop().run_in_executor(None, q.get, True, 30) == "connected"
-            pending = await posted(ep.recv(bytearray(8)))
+            pending = await posted(ep.recv(bytearray(8)), settle=[ep])
             pending_am = asyncio.ensure_future(ep.am_recv())
             os.kill(proc.pid, signal.SIGKILL)
             # One class for the cause, for what was pending and what comes after.
