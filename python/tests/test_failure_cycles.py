@@ -92,3 +92,37 @@ def test_failed_posted_operations_leave_their_futures_to_no_cycle():
         return [w() is not None for w in watched]
 
     assert _without_the_cycle_collector(main()) == [False] * 3, "a failed gather outlived its wait"
+
+
+def test_a_failed_collective_call_leaves_its_operations_to_no_cycle(fresh_ucp):
+    """``Posted.settle`` (every collective call's wait) raises the first failure; the futures
+    of the call's operations, failed or not, are freed with it."""
+    from ucp.collective.posted import Posted
+
+    async def main():
+        lf, client, server = await pair()
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(3)]
+        watched = [weakref.ref(f) for f in futs]
+        posted = Posted()
+        for f in futs:
+            posted.adopt(client, f, False)
+        loop.call_soon(futs[1].set_exception, ucp.exceptions.UCXError("failed"))
+        for f in (futs[0], futs[2]):
+            loop.call_soon(f.set_result, True)
+        try:
+            await posted.settle()
+        except ucp.exceptions.UCXError:
+            failed = True
+        else:
+            failed = False
+        assert failed, "settle did not raise the failure"
+        del futs, f, posted
+        await _let_the_wakeup_go()
+        alive = [w() is not None for w in watched]
+        await client.close()
+        await server.close()
+        lf.close()
+        return alive
+
+    assert _without_the_cycle_collector(main()) == [False] * 3, "a failed call's futures outlived it"

@@ -2,10 +2,12 @@
 operation inline (nothing to wait for), else an asyncio future of the running loop. This
 module is that convention's one home; ``ucp.comm`` and ``ucp.core`` build on it."""
 import asyncio
+import functools
+import traceback
 
 from .utils import get_event_loop
 
-__all__ = ["wait", "as_future", "post_all", "gather_posted"]
+__all__ = ["wait", "as_future", "post_all", "gather_posted", "frees_on_failure"]
 
 
 async def wait(pending, timeout=None):
@@ -64,3 +66,23 @@ async def gather_posted(posts):
             await done
         finally:
             done = None  # see wait
+
+
+def frees_on_failure(call):
+    """Wraps the coroutine function ``call`` (a public operation made of many transfers, such as
+    a collective call) so that its failure takes no reference cycle out with it: the frames of
+    its traceback below the wrapper (``call``'s own and those of the helpers it awaited, all
+    finished) let go of their locals (``traceback.clear_frames``). Those frames hold the
+    operations' futures, which hold the failure, which holds the frames: without this, every
+    buffer of a failed call stays until Python's cycle collector runs. The traceback keeps its
+    lines; only a debugger's view of those frames' variables is lost."""
+
+    @functools.wraps(call)
+    async def freeing(*args, **kwargs):
+        try:
+            return await call(*args, **kwargs)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)
+            raise
+
+    return freeing

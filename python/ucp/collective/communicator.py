@@ -14,6 +14,7 @@ from .._libs.ucx_api import UCXAddress
 from .bootstrap import boot_context, init_nearest_devices, join, serve
 from .launch import ERROR_HANDLING, RENDEZVOUS_FILE, launch_env
 from ..continuous_ucx_progress import inline_spin_us
+from ..pending import frees_on_failure
 from .posted import Posted, spin_until_done
 from .shared_window import SharedWindow
 from . import _buffers
@@ -162,6 +163,7 @@ class Communicator:
                 posted.send(self._eps[r], b, tag(seq, me, batch))
         await posted.settle()
 
+    @frees_on_failure
     async def barrier(self):
         """Returns once every rank has called ``barrier``."""
         # An empty message to and from every other rank, in one native call.
@@ -170,6 +172,7 @@ class Communicator:
         if left:
             await self._finish_native(seq, left, None)
 
+    @frees_on_failure
     async def allgather(self, mine, out):
         """Gathers every rank's ``mine`` (the same length everywhere) into ``out`` (writable,
         ``size * len(mine)`` bytes), rank by rank."""
@@ -195,6 +198,7 @@ class Communicator:
             return
         await self._exchange(seq, 0, [mine] * self.size, [out[r * n : (r + 1) * n] for r in range(self.size)])
 
+    @frees_on_failure
     async def alltoallv(self, parts):
         """All-to-all with a part of any size (zero included) per rank: ``parts[r]`` goes to
         rank ``r``; returns a list whose element ``r`` (a bytearray) is what rank ``r`` sent
@@ -203,6 +207,7 @@ class Communicator:
         await self.alltoallv_into(parts, out)
         return out
 
+    @frees_on_failure
     async def alltoallv_into(self, parts, out):
         """``alltoallv`` into ``out``, a list made into one bytearray per rank, each resized to
         what that rank sends: called again with the same list, it reuses those bytearrays'
@@ -395,6 +400,7 @@ class Communicator:
         for b, start, stop in messages:
             posted.recv(ep, view[start:stop], tag(seq, r, b))
 
+    @frees_on_failure
     async def alltoallv_device(self, parts, allocator=None):
         """``alltoallv`` for CUDA memory: ``parts[r]`` (an object with
         ``__cuda_array_interface__``, contiguous; host buffers are accepted too) goes to rank

@@ -105,8 +105,16 @@ class Posted:
             else:
                 self.failures.append(result)
         self.failures += [t for t in settled[len(self.ops) :] if isinstance(t, BaseException)]
-        if self.failures:
-            raise self.failures[0]
+        # The failure raised here takes this frame (and the caller's) into its traceback: what
+        # they hold must not reach the failed futures, which hold the failure (a cycle only
+        # the cycle collector would free, with every buffer the call moved).
+        failures, self.failures, self.ops, self.tasks = self.failures, [], [], []
+        del futures, settled
+        if failures:
+            try:
+                raise failures[0]
+            finally:
+                del failures
 
 
 # The kind of a `Posted` operation that receives a message only to drop it.

@@ -18,6 +18,7 @@ has started call k + 1, that is once it is done with the parts of call k. So a p
 """
 from .. import _ucx_async as _native
 from .. import core
+from ..pending import frees_on_failure
 from ..continuous_ucx_progress import inline_spin_us
 from ._buffers import copy_into, resize
 
@@ -80,6 +81,7 @@ class SharedWindow:
         huge pages (windows under 2 MiB, or outside System V shared memory, have none)."""
         return self._memory.on_huge_pages
 
+    @frees_on_failure
     async def alltoallv(self, parts):
         """``parts[r]`` (a host buffer) goes to rank ``r``; afterwards ``part(r)`` is what rank
         ``r`` sent this rank. Parts of at most the receiver's slot are copied into its window,
