@@ -20,10 +20,19 @@ pub const HUGE_MIN: usize = 4 << 20;
 pub const HUGE_PAGE: usize = 2 << 20;
 
 /// A zeroed buffer of `len` bytes, advised as above when `len >= HUGE_MIN`.
+///
+/// The allocator may hand back memory it used before, already on 4 KiB pages, where advice
+/// comes too late (glibc does so for blocks under 32 MiB once larger ones were freed): such a
+/// buffer is then moved onto huge pages (`MADV_COLLAPSE`; best effort, Linux 6.1 and later),
+/// which costs about a copy of it. Where the kernel cannot say which pages are huge
+/// ([`bytes_on_huge_pages`]) the buffer is left as the advice made it.
 pub fn zeroed(len: usize) -> Vec<u8> {
     let mut v = Vec::new();
     reserve_exact(&mut v, len).unwrap_or_else(|_| std::alloc::handle_alloc_error(layout(len)));
     v.resize(len, 0);
+    if len >= HUGE_MIN && bytes_on_huge_pages(v.as_ptr(), len).is_some_and(|on| on < len / 2) {
+        collapse(v.as_ptr(), len);
+    }
     v
 }
 
