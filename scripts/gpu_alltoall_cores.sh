@@ -19,7 +19,9 @@
 # (1: the Rust side also times a bare exchange on alternate calls, `alltoall --bare`; 0: not),
 # MODES ("event": Rust's reactor and ucp's blocking driver sleep on the wakeup fd after their
 # spin; "polling": Rust --mode polling and ucp with UCXPY_NON_BLOCKING_MODE, never sleeping, as
-# MPI does), GPU_WORK (the unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
+# MPI does), ERROR_HANDLING ("none"; "peer": ours with peer error handling, the library's
+# default, which takes the same-host single-copy path, against MPI's defaults), GPU_WORK (the
+# unpacked bundle, /tmp/ucx-async-gpu). The defaults took 330 s on
 # an H200 machine's 16 CPUs (2026-11-27); with MODES="event polling", use fewer sizes.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,6 +64,7 @@ for mode in ${MODES:-event}; do
         (if [ "$mode" = polling ]; then export UCXPY_NON_BLOCKING_MODE=1; fi
             python3 scripts/alltoall_paired.py --ranks "$ranks" --sizes ${SIZES:-1024 1048576 4194304 16777216} \
                 --rounds "${ROUNDS:-3}" --iters "${ITERS:-200}" --mode "$mode" --rust-bin "$EXTRA/alltoall" \
+                --error-handling "${ERROR_HANDLING:-none}" \
                 --python python3 --mpirun "$OPAL_PREFIX/bin/mpirun" --mpi-python python3 \
                 --sides ${SIDES:-rust python} --ucx-lib "$W/site/libucx/lib" $([ "${BARE:-1}" = 1 ] && echo --bare))
     done
