@@ -153,12 +153,12 @@ def parse_send_recv(out):
     return float(lat.group(1)) / 1000
 
 
-def run_send_recv(site, backend, size):
+def run_send_recv(site, backend, size, env_extra=None):
     n, w = iterations(size)
     port = free_port()
     common = [PY, "-m", "ucp.benchmarks.send_recv", "-l", backend, "--reuse-alloc", "-n", str(size),
               "--n-iter", str(n), "--n-warmup-iter", str(w), "--port", str(port), "--no-detailed-report"]
-    env = {**os.environ, **site.env()}
+    env = {**os.environ, **site.env(), **(env_extra or {})}
     server = subprocess.Popen(site.server([*common, "--server-only"]), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
