@@ -20,7 +20,7 @@ def test_import_sets_ucx_py_defaults_only_where_unset():
     code = "import os, ucp; print(os.environ['UCX_RNDV_THRESH'], os.environ['UCX_MEMTYPE_CACHE'])"
     env = {k: v for k, v in os.environ.items() if k not in ("UCX_RNDV_THRESH", "UCX_MEMTYPE_CACHE")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.split() == ["8192", "n"]
+    assert out.stdout.split() == ["intra:8192,inter:64k", "n"]
     env["UCX_RNDV_THRESH"] = "1234"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split()[0] == "1234"

@@ -85,8 +85,11 @@ except ImportError:
 
 logger = get_ucxpy_logger()
 
-# UCX-Py's remaining import-time defaults, each only where the user has not chosen.
-_set_default("UCX_RNDV_THRESH", "8192")
+# UCX-Py's remaining import-time defaults, each only where the user has not chosen. The
+# rendezvous threshold is UCX-Py's 8192 within a host; between hosts messages under 64 KiB go
+# eagerly, which spares them the rendezvous's round trip over TCP (scripts/sweep_rndv.py;
+# docs/configuration.md has the figures).
+_set_default("UCX_RNDV_THRESH", "intra:8192,inter:64k")
 _set_default("UCX_RNDV_FRAG_MEM_TYPE", "cuda")
 _set_default("UCX_MAX_RNDV_RAILS", "1")
 # The library's own defaults, whose one home is ucx-core's LIBRARY_DEFAULTS (every context
