@@ -69,6 +69,12 @@ def tcp_congestion_control():
         return "?"
 
 
+def commit():
+    """The repository's commit (short), for a run's header; '?' outside a git checkout."""
+    out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -245,8 +251,7 @@ def main():
     args = ap.parse_args()
     sides = args.sides.split(",")
     like = ucp_env()
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit or '?'}, {os.cpu_count()} cores, "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit()}, {os.cpu_count()} cores, "
           f"TCP congestion control {tcp_congestion_control()}, UCX from {libucx_dir()}")
     print(f"# UCX_* that import ucp sets (perftest runs with them too): {' '.join(f'{k}={v}' for k, v in like.items()) or 'none'}")
     print(f"# {args.rounds} rounds, sides alternating; cells: min / median / max")

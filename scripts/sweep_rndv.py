@@ -126,9 +126,7 @@ def main():
     candidates = args.candidates
     if os.geteuid() != 0:
         sys.exit("sweep_rndv: needs root (ip netns)")
-    commit = subprocess.run(["git", "-C", bd.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, {os.cpu_count()} cores, "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {bd.commit()}, {os.cpu_count()} cores, "
           f"TCP congestion control {bd.tcp_congestion_control()}; ucp's defaults but UCX_RNDV_THRESH")
     patterns = {"ping-pong, one-way µs": lambda site, s, env: bd.run_send_recv(site, "ucp-async", s, env),
                 "header then frame, round trip µs": run_header_frame}
@@ -148,11 +146,7 @@ def main():
         print("| size | " + " | ".join(f"`{c}`" for c in candidates) + " |")
         print("|---" * (len(candidates) + 1) + "|")
         for s in args.sizes:
-            cells = []
-            for c in candidates:
-                v = sorted(res[(pattern, s, c)])
-                cells.append(f"{v[0]:.1f} / {statistics.median(v):.1f} / {v[-1]:.1f}")
-            print(f"| {bd.fmt_size(s)} | " + " | ".join(cells) + " |")
+            print(f"| {bd.fmt_size(s)} | " + " | ".join(bd.cell(res[(pattern, s, c)]) for c in candidates) + " |")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,7 @@ def main():
     like = bd.ucp_env()
     # The candidates are compared with UCX's own behaviour, not with ours.
     base = {k: v for k, v in like.items() if not k.startswith("UCX_TCP_")} | UCX_DEFAULTS
-    commit = subprocess.run(["git", "-C", bd.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, {os.cpu_count()} cores, "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {bd.commit()}, {os.cpu_count()} cores, "
           f"TCP congestion control {bd.tcp_congestion_control()}; "
           f"ucx_perftest -t tag_lat -e with {' '.join(f'{k}={v}' for k, v in base.items())} plus each setting")
     names = list(CONFIGS)

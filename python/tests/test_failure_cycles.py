@@ -75,19 +75,25 @@ def test_a_failed_wait_with_a_timeout_leaves_its_future_to_no_cycle():
     assert _without_the_cycle_collector(main()) == [False, False], "a failed future outlived its wait"
 
 
+def _three_futures_the_middle_one_failing():
+    """Three futures of the running loop, watched by weak references: the middle one fails and
+    the others succeed once the loop runs."""
+    loop = asyncio.get_running_loop()
+    futs = [loop.create_future() for _ in range(3)]
+    loop.call_soon(futs[1].set_exception, ucp.exceptions.UCXError("failed"))
+    for f in (futs[0], futs[2]):
+        loop.call_soon(f.set_result, True)
+    return futs, [weakref.ref(f) for f in futs]
+
+
 def test_failed_posted_operations_leave_their_futures_to_no_cycle():
     async def main():
-        loop = asyncio.get_running_loop()
-        futs = [loop.create_future() for _ in range(3)]
-        watched = [weakref.ref(f) for f in futs]
-        loop.call_soon(futs[1].set_exception, ucp.exceptions.UCXError("failed"))
-        for f in (futs[0], futs[2]):
-            loop.call_soon(f.set_result, True)
+        futs, watched = _three_futures_the_middle_one_failing()
         try:
             await pending.gather_posted(iter(futs))
         except ucp.exceptions.UCXError:
             pass
-        del futs, f
+        del futs
         await _let_the_wakeup_go()
         return [w() is not None for w in watched]
 
@@ -101,15 +107,10 @@ def test_a_failed_collective_call_leaves_its_operations_to_no_cycle(fresh_ucp):
 
     async def main():
         lf, client, server = await pair()
-        loop = asyncio.get_running_loop()
-        futs = [loop.create_future() for _ in range(3)]
-        watched = [weakref.ref(f) for f in futs]
+        futs, watched = _three_futures_the_middle_one_failing()
         posted = Posted()
         for f in futs:
             posted.adopt(client, f, False)
-        loop.call_soon(futs[1].set_exception, ucp.exceptions.UCXError("failed"))
-        for f in (futs[0], futs[2]):
-            loop.call_soon(f.set_result, True)
         try:
             await posted.settle()
         except ucp.exceptions.UCXError:
